@@ -1,0 +1,40 @@
+# One-command set-up: every target creates .venv and installs what it needs.
+# torch is pinned to the CPU wheel that ships on this machine image; any other
+# version would download a multi-GB CUDA build.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+TORCH  := torch==2.13.0
+
+.PHONY: demo test bench lint clean install
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q $(TORCH)
+	$(BIN)/pip install -q -e '.[torch,fast,s3,progress]'
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
+	$(BIN)/pip install -q -e '.[test,bench]'
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(BIN)/python examples/demo.py
+
+test: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+
+bench: $(VENV)/.installed-test
+	$(BIN)/python benchmarks/run.py
+
+lint: $(VENV)/.installed-test
+	$(BIN)/ruff check wdsx tests examples scripts benchmarks
+	$(BIN)/ruff format --check wdsx tests examples scripts benchmarks
+
+clean:
+	rm -rf $(VENV) demo-out bench-out

@@ -1,0 +1,251 @@
+"""How one epoch's samples are dealt to consumers, and dealt again after a topology change.
+
+A *consumer* is one reading stream: one DataLoader worker of one rank (``rank * workers +
+worker``), or the main process when there are no workers. An epoch is the shard list in one
+order (a pure function of seed and epoch). Each consumer reads *spans* of that order: a span
+covers the samples from ``(start, start_ordinal)`` up to, not including, ``(end,
+end_ordinal)``, comparing (shard position, sample ordinal) pairs. Spans of different
+consumers never overlap and together cover the epoch, so every sample is read exactly once.
+
+When per-shard sample counts are known, spans are cut at sample granularity, so consumers get
+equal shares even with fewer shards than consumers, and the share sizes can be chosen so that
+every consumer yields the same number of batches (the remainder policy). Without counts the
+unit is a whole shard.
+
+Resuming on a different number of consumers ("elastic" resume) pools what every old consumer
+had not yet read, plus the samples that sat in their buffers, and deals that out again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from . import rng
+
+REMAINDERS = ("exact", "pad", "drop")
+
+
+@dataclass(frozen=True)
+class Span:
+    """A run of the epoch order: samples ``[(start, start_ordinal), (end, end_ordinal))``.
+
+    ``offset`` is the byte offset of the first sample when known (resuming seeks to it);
+    ``pad`` marks samples that are read a second time to even out the consumers' shares.
+    """
+
+    start: int
+    start_ordinal: int
+    end: int
+    end_ordinal: int = 0
+    offset: int | None = None
+    pad: bool = False
+
+    def to_json(self) -> list:
+        return [self.start, self.start_ordinal, self.end, self.end_ordinal, self.offset, self.pad]
+
+    @classmethod
+    def from_json(cls, data: Sequence) -> Span:
+        start, start_ordinal, end, end_ordinal, offset, pad = data
+        return cls(int(start), int(start_ordinal), int(end), int(end_ordinal), offset, bool(pad))
+
+
+@dataclass(frozen=True)
+class Piece:
+    """The part of a span inside one shard: ordinals ``[first, stop)`` of the shard at ``pos``."""
+
+    pos: int
+    first: int
+    stop: int | None  # None: to the end of the shard
+    offset: int | None
+    pad: bool
+
+
+@dataclass
+class ConsumerPlan:
+    """What one consumer reads in one epoch: single samples first, then spans."""
+
+    spans: list[Span]
+    leftovers: list[tuple[list[int], bool]] = field(default_factory=list)  # ((shard, offset, ordinal), pad)
+
+    def to_json(self) -> dict:
+        return {
+            "spans": [span.to_json() for span in self.spans],
+            "leftovers": [[list(pos), pad] for pos, pad in self.leftovers],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> ConsumerPlan:
+        return cls(
+            [Span.from_json(span) for span in data["spans"]],
+            [([int(x) for x in pos], bool(pad)) for pos, pad in data.get("leftovers", [])],
+        )
+
+
+def epoch_order(nshards: int, seed: int, epoch: int, shuffle: bool) -> list[int]:
+    """The shard ids of one epoch in reading order: a fresh permutation per (seed, epoch)."""
+    if not shuffle:
+        return list(range(nshards))
+    return rng.permutation(nshards, rng.derive_seed("shard-order", seed, epoch))
+
+
+def even_lengths(total: int, parts: int) -> list[int]:
+    """Split ``total`` into ``parts`` sizes that differ by at most one, larger ones first."""
+    base, extra = divmod(total, parts)
+    return [base + 1 if i < extra else base for i in range(parts)]
+
+
+def consumer_lengths(
+    total: int, consumers: int, batch: int = 1, partial: bool = True, remainder: str = "exact"
+) -> list[int]:
+    """How many samples each consumer gets so that all yield the same number of batches.
+
+    ``exact`` reads every sample once and accepts unequal batch counts. ``pad`` and ``drop``
+    first try an even split (equal batch counts come for free unless the last round of
+    batches cannot give every consumer at least one sample); otherwise ``pad`` repeats the
+    fewest samples and ``drop`` skips the fewest needed. With ``partial=False`` batches are
+    full, so shares are capped to what makes full batches and the rest is dropped.
+    """
+    if consumers < 1:
+        raise ValueError(f"need at least one consumer, got {consumers}")
+    if remainder not in REMAINDERS:
+        raise ValueError(f"remainder must be one of {REMAINDERS}, got {remainder!r}")
+    lengths = even_lengths(total, consumers)
+    if remainder == "exact" or total == 0:
+        return lengths
+    batch = max(1, batch)
+    if not partial:
+        rounds = total // (consumers * batch)
+        cap = (rounds + 1) * batch - 1
+        return [min(length, cap) for length in lengths]
+    rounds = -(-total // (consumers * batch))
+    if total >= consumers * ((rounds - 1) * batch + 1):
+        return lengths
+    share = (rounds - 1) * batch + (1 if remainder == "pad" else 0)
+    return [share] * consumers
+
+
+Unit = tuple[str, object, int]
+"""("piece", Piece, samples) or ("leftover", ((shard, offset, ordinal), pad), 1)."""
+
+
+def plan_epoch(
+    consumers: int,
+    counts_in_order: Sequence[int] | None,
+    nshards: int,
+    batch: int = 1,
+    partial: bool = True,
+    remainder: str = "exact",
+) -> list[ConsumerPlan]:
+    """Every consumer's plan for one epoch. Without counts, whole shards are dealt."""
+    units: list[Unit] = [
+        ("piece", Piece(pos, 0, None, 0, False), 1 if counts_in_order is None else counts_in_order[pos])
+        for pos in range(nshards)
+    ]
+    return _deal(units, consumers, counts_in_order is not None, batch, partial, remainder)
+
+
+def pieces(span: Span) -> Iterator[Piece]:
+    """The per-shard parts of a span, in reading order."""
+    last = span.end if span.end_ordinal else span.end - 1
+    for pos in range(span.start, last + 1):
+        first = span.start_ordinal if pos == span.start else 0
+        stop = span.end_ordinal if pos == span.end else None
+        if stop is not None and first >= stop:
+            continue
+        offset = span.offset if pos == span.start else 0
+        yield Piece(pos, first, stop, 0 if first == 0 else offset, span.pad)
+
+
+def remaining(plan: ConsumerPlan, span_index: int, pos: int, ordinal: int, offset: int | None) -> list[Span]:
+    """The spans a consumer has not read yet, given its next sample's position."""
+    if span_index >= len(plan.spans):
+        return []
+    current = plan.spans[span_index]
+    rest = []
+    if (pos, ordinal) < (current.end, current.end_ordinal):
+        rest.append(Span(pos, ordinal, current.end, current.end_ordinal, offset, current.pad))
+    return rest + plan.spans[span_index + 1 :]
+
+
+def reshape(
+    unread: Sequence[Span],
+    leftovers: Sequence[tuple[list[int], bool]],
+    consumers: int,
+    counts_in_order: Sequence[int] | None,
+    batch: int = 1,
+    partial: bool = True,
+    remainder: str = "exact",
+) -> list[ConsumerPlan]:
+    """Deal the unread rest of an epoch to a new number of consumers.
+
+    ``unread`` are the old consumers' remaining spans; ``leftovers`` are samples that had been
+    read into buffers but never delivered. Both are dealt as one sequence (leftovers first),
+    cut at sample granularity when counts are known and at piece granularity otherwise.
+    """
+    units: list[Unit] = [("leftover", item, 1) for item in leftovers]
+    for span in sorted(unread, key=lambda s: (s.start, s.start_ordinal)):
+        for piece in pieces(span):
+            if counts_in_order is None:
+                size = 1
+            else:
+                stop = counts_in_order[piece.pos] if piece.stop is None else piece.stop
+                size = max(0, stop - piece.first)
+            units.append(("piece", piece, size))
+    return _deal(units, consumers, counts_in_order is not None, batch, partial, remainder)
+
+
+def _deal(
+    units: list[Unit], consumers: int, counted: bool, batch: int, partial: bool, remainder: str
+) -> list[ConsumerPlan]:
+    """Give consumer ``c`` the next ``lengths[c]`` samples of the unit sequence, wrapping
+    around to its start (the repeats are marked as padding) when the lengths add up to more."""
+    total = sum(size for _, _, size in units)
+    if counted:
+        lengths = consumer_lengths(total, consumers, batch, partial, remainder)
+    else:
+        lengths = even_lengths(total, consumers)
+    plans = [ConsumerPlan([]) for _ in range(consumers)]
+    index, used, lap = 0, 0, 0
+    for plan, need in zip(plans, lengths):
+        while total and (need > 0 or (index < len(units) and units[index][2] == 0)):
+            if index == len(units):
+                index, used, lap = 0, 0, lap + 1
+            kind, item, size = units[index]
+            if kind == "leftover":
+                position, pad = item
+                plan.leftovers.append((position, pad or lap > 0))
+                index, need = index + 1, need - 1
+                continue
+            take = min(need, size - used) if counted else size
+            first = item.first + used
+            if used + take >= size and item.stop is None:
+                end = (item.pos + 1, 0)
+            else:
+                end = (item.pos, first + take if counted else item.stop)
+            offset = item.offset if used == 0 else None
+            plan.spans.append(Span(item.pos, first, end[0], end[1], offset, item.pad or lap > 0))
+            used += take
+            need -= take
+            if used >= size:
+                index, used = index + 1, 0
+    if total:
+        for kind, item, size in units[index:]:
+            if size == 0 and kind == "piece":  # shards the counts call empty: read them anyway
+                plans[-1].spans.append(Span(item.pos, item.first, item.pos + 1, 0, item.offset, item.pad))
+    for plan in plans:
+        plan.spans = _merge(plan.spans)
+    return plans
+
+
+def _merge(spans: list[Span]) -> list[Span]:
+    """Join spans where one ends exactly where the next begins."""
+    merged: list[Span] = []
+    for span in spans:
+        if merged:
+            prev = merged[-1]
+            if prev.pad == span.pad and (prev.end, prev.end_ordinal) == (span.start, span.start_ordinal):
+                merged[-1] = Span(prev.start, prev.start_ordinal, span.end, span.end_ordinal, prev.offset, prev.pad)
+                continue
+        merged.append(span)
+    return merged

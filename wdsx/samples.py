@@ -1,0 +1,116 @@
+"""Tar members to samples, by webdataset's rules.
+
+A sample is a run of *consecutive* members sharing a key: the member path up to the first dot
+of its basename. The rest of the name, lower-cased, is the field name ("extension"). A key
+seen again later starts a new sample; a repeated extension inside one sample is an error.
+Members whose names mark them as metadata (``__*__``) are skipped, as are names without a dot.
+
+Each sample also records where it starts (see :data:`POSITION`): the URL, the byte offset of
+its first header and its ordinal in the shard. That position is what exact resumption seeks to.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+POSITION = "__position__"
+"""Sample field holding ``(url, byte_offset, ordinal)`` of the sample's first tar header."""
+
+_KEY_RE = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
+_META_RE = re.compile(r"__[^/]*__($|/)")
+
+
+def split_key(name: str) -> tuple[str, str] | None:
+    """Split a member name into ``(key, extension)``; None when the name has no extension.
+
+    Matches webdataset's ``base_plus_ext`` exactly, including its treatment of dots in
+    directory names and of basenames that start with a dot.
+    """
+    slash = name.rfind("/")
+    dot = name.find(".", slash + 1)
+    if dot > slash + 1 and "\n" not in name:
+        return name[:dot], name[dot + 1 :]
+    match = _KEY_RE.match(name)
+    return (match.group(1), match.group(2)) if match else None
+
+
+def is_meta(name: str) -> bool:
+    """True for members webdataset skips as metadata: ``__x__`` at top level or as a leading dir."""
+    if "/" not in name and name.startswith("__") and name.endswith("__"):
+        return True
+    return _META_RE.match(name) is not None
+
+
+class Cursor:
+    """Where the next sample of a shard starts; updated as samples are yielded."""
+
+    __slots__ = ("offset", "ordinal", "done")
+
+    def __init__(self, offset: int, ordinal: int):
+        self.offset = offset
+        self.ordinal = ordinal
+        self.done = False
+
+
+def group_members(
+    members: Iterable[tuple[str, int, bytes]],
+    url: str,
+    cursor: Cursor,
+    *,
+    stop: int | None = None,
+    rename_files: Callable[[str], str] | None = None,
+    select_files: Callable[[str], bool] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Group ``(name, offset, data)`` members into sample dicts.
+
+    ``cursor`` starts at the first sample's offset and ordinal; after each sample is yielded
+    it holds the next sample's. Grouping stops before ordinal ``stop``. ``extra`` fields
+    (such as ``__local_path__``) are added to every sample.
+    """
+    sample: dict[str, Any] | None = None
+    key = None
+    ordinal = cursor.ordinal
+    if stop is not None and ordinal >= stop:
+        cursor.done = True
+        return
+    for name, offset, data in members:
+        if name[:2] == "__" and is_meta(name):
+            continue
+        if rename_files is not None:
+            name = rename_files(name)
+        if select_files is not None and not select_files(name):
+            continue
+        slash = name.rfind("/")
+        dot = name.find(".", slash + 1)
+        if dot > slash + 1 and "\n" not in name:
+            prefix, ext = name[:dot], name[dot + 1 :].lower()
+        else:
+            split = split_key(name)
+            if split is None:
+                continue
+            prefix, ext = split[0], split[1].lower()
+        if prefix != key:
+            if sample is not None:
+                ordinal += 1
+                cursor.offset = offset
+                cursor.ordinal = ordinal
+                if stop is not None and ordinal >= stop:
+                    cursor.done = True
+                    yield sample
+                    return
+                yield sample
+            key = prefix
+            sample = {"__key__": prefix, "__url__": url, ext: data, POSITION: (url, offset, ordinal)}
+            if extra:
+                sample.update(extra)
+        elif ext in sample:
+            raise ValueError(f"{name}: duplicate file name in tar file {url} (extension {ext!r})")
+        else:
+            sample[ext] = data
+    cursor.done = True
+    if sample is not None:
+        cursor.ordinal = ordinal + 1
+        yield sample

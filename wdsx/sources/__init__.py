@@ -1,0 +1,107 @@
+"""Open shards by URL: local paths and ``file:``, ``s3://``, ``http(s)://`` and ``pipe:``.
+
+Every opener takes the byte offset at which the caller wants to start. Stores that support it
+start there directly (a seek or a ranged request); ``pipe:`` reads and discards up to it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+
+from ..errors import SourceError
+from .base import Sink, Source, SourceOptions
+from .local import LocalSink, LocalSource, local_path
+
+Opener = Callable[[str, int, SourceOptions], Source]
+SinkOpener = Callable[[str, SourceOptions], Sink]
+
+_OPENERS: dict[str, Opener] = {}
+_SINK_OPENERS: dict[str, SinkOpener] = {}
+DEFAULT_OPTIONS = SourceOptions()
+
+
+def register(scheme: str, opener: Opener | None = None, sink: SinkOpener | None = None) -> None:
+    """Add a URL scheme (``"s3"``, ``"http"``...) with its reader and, optionally, its writer."""
+    if opener is not None:
+        _OPENERS[scheme] = opener
+    if sink is not None:
+        _SINK_OPENERS[scheme] = sink
+
+
+def scheme_of(url: str) -> str:
+    """``"file"`` for local paths, else the URL's scheme (``"pipe"`` for ``pipe:``)."""
+    if url.startswith("pipe:"):
+        return "pipe"
+    match = re.match(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://", url)
+    if match:
+        return match.group(1).lower()
+    return "file"
+
+
+def rewrite_url(url: str) -> str:
+    """Apply webdataset's ``GOPEN_REWRITE="prefix=replacement;..."`` rules."""
+    rules = os.environ.get("GOPEN_REWRITE")
+    if not rules:
+        return url
+    for rule in rules.split(";"):
+        prefix, _, replacement = rule.partition("=")
+        if prefix and url.startswith(prefix):
+            return replacement + url[len(prefix) :]
+    return url
+
+
+def open_source(url: str, offset: int = 0, options: SourceOptions | None = None) -> Source:
+    """Open the shard at ``url`` so that the first byte read is the one at ``offset``."""
+    options = options or DEFAULT_OPTIONS
+    url = rewrite_url(url)
+    scheme = scheme_of(url)
+    if scheme == "file":
+        return LocalSource(url, local_path(url) or url, offset)
+    _load_backends()
+    opener = _OPENERS.get(scheme)
+    if opener is None:
+        raise SourceError(url, f"no reader for URL scheme {scheme!r}")
+    return opener(url, offset, options)
+
+
+def open_sink(url: str, options: SourceOptions | None = None) -> Sink:
+    """Open ``url`` for writing a whole shard; it appears under its name only on commit."""
+    options = options or DEFAULT_OPTIONS
+    url = rewrite_url(url)
+    scheme = scheme_of(url)
+    if scheme == "file":
+        return LocalSink(url, local_path(url) or url)
+    _load_backends()
+    sink = _SINK_OPENERS.get(scheme)
+    if sink is None:
+        raise SourceError(url, f"no writer for URL scheme {scheme!r}")
+    return sink(url, options)
+
+
+_loaded = False
+
+
+def _load_backends() -> None:
+    """Import the remote backends on first use, so ``import wdsx`` stays light."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    from . import backends  # noqa: F401  (registers s3, http, pipe)
+
+
+__all__ = [
+    "Sink",
+    "Source",
+    "SourceOptions",
+    "LocalSink",
+    "LocalSource",
+    "local_path",
+    "open_sink",
+    "open_source",
+    "register",
+    "rewrite_url",
+    "scheme_of",
+]

@@ -1,0 +1,3 @@
+"""Registers the remote schemes. Each backend imports its client library lazily."""
+
+from __future__ import annotations

@@ -1,0 +1,92 @@
+"""The two interfaces every storage backend implements: a readable shard and a writable one.
+
+A :class:`Source` is one shard's bytes starting at a given offset; resuming a run opens the
+shard at the offset of the next sample (a seek, or a ``Range:`` request). A :class:`Sink` is a
+shard being written: its bytes become visible under the final name only on :meth:`Sink.commit`,
+so a crash while writing never leaves a truncated shard behind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """How shards are fetched. Picklable, so it travels to DataLoader workers."""
+
+    timeout: float = 60.0
+    """Seconds to wait for a connection or for the next bytes of a remote shard."""
+    retries: int = 5
+    """Attempts after a failed or dropped remote read; each continues from the last byte read."""
+    backoff: float = 0.25
+    """First delay between retries in seconds; doubles with each retry."""
+    chunk: int = 1 << 20
+    """Bytes per read from a remote stream."""
+    s3: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments for ``boto3.client("s3", ...)`` (``endpoint_url``, ``region_name``...)."""
+    cache_dir: str | None = None
+    """Keep a local copy of every remote shard read, under this directory."""
+    cache_size: int = -1
+    """Bound on the cache in bytes; least recently used shards are evicted. -1: unbounded."""
+    allow_pipe: bool = True
+    """Whether ``pipe:`` URLs may run shell commands (off in secure mode, ``WDS_SECURE=1``)."""
+    prefetch: int = 1
+    """How many upcoming shards a reader may open in the background while reading one."""
+
+
+class Source:
+    """A shard's bytes from some offset on. Subclasses implement :meth:`read` and :meth:`close`."""
+
+    url: str
+    local_path: str | None = None
+    seekable: bool = True
+    """False when opening at an offset means reading and discarding the bytes before it."""
+
+    def read(self, n: int) -> bytes:
+        """Up to ``n`` bytes; ``b""`` only at the end of the shard."""
+        raise NotImplementedError
+
+    def skip(self, n: int) -> None:
+        """Move ``n`` bytes forward without returning them."""
+        while n > 0:
+            part = self.read(min(n, 1 << 20))
+            if not part:
+                return
+            n -= len(part)
+
+    def close(self) -> None:
+        """Release the file, connection or process; safe to call twice."""
+
+    def __enter__(self) -> Source:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Sink:
+    """A shard being written. Bytes appear under the final name only after :meth:`commit`."""
+
+    url: str
+
+    def write(self, data: bytes) -> int:
+        raise NotImplementedError
+
+    def commit(self) -> None:
+        """Make the shard visible under its final name, complete."""
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        """Discard everything written; the final name is left untouched."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Sink:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
