@@ -15,6 +15,8 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from .errors import ShardError
+
 POSITION = "__position__"
 """Sample field holding ``(url, byte_offset, ordinal)`` of the sample's first tar header."""
 
@@ -41,6 +43,40 @@ def is_meta(name: str) -> bool:
     if "/" not in name and name.startswith("__") and name.endswith("__"):
         return True
     return _META_RE.match(name) is not None
+
+
+def field_of(
+    name: str,
+    rename_files: Callable[[str], str] | None = None,
+    select_files: Callable[[str], bool] | None = None,
+) -> tuple[str, str] | None:
+    """``(key, lower-cased extension)`` of a member, or None when it is skipped: metadata,
+    not selected, or without an extension. Renaming happens before selection, as in webdataset."""
+    if name[:2] == "__" and is_meta(name):
+        return None
+    if rename_files is not None:
+        name = rename_files(name)
+    if select_files is not None and not select_files(name):
+        return None
+    split = split_key(name)
+    return None if split is None else (split[0], split[1].lower())
+
+
+def sample_starts(
+    members: Iterable[tuple[str, int, Any]],
+    rename_files: Callable[[str], str] | None = None,
+    select_files: Callable[[str], bool] | None = None,
+) -> Iterator[tuple[int, int]]:
+    """``(ordinal, offset)`` of each sample's first member, by the same rules as
+    :func:`group_members`, from ``(name, offset, _)`` member records (e.g. a header scan)."""
+    key = None
+    ordinal = -1
+    for name, offset, _ in members:
+        field = field_of(name, rename_files, select_files)
+        if field is not None and field[0] != key:
+            key = field[0]
+            ordinal += 1
+            yield ordinal, offset
 
 
 class Cursor:
@@ -76,22 +112,18 @@ def group_members(
     if stop is not None and ordinal >= stop:
         cursor.done = True
         return
+    plain = rename_files is None and select_files is None
     for name, offset, data in members:
-        if name[:2] == "__" and is_meta(name):
-            continue
-        if rename_files is not None:
-            name = rename_files(name)
-        if select_files is not None and not select_files(name):
-            continue
+        # The common case of field_of(), inlined: this loop runs once per tar member.
         slash = name.rfind("/")
         dot = name.find(".", slash + 1)
-        if dot > slash + 1 and "\n" not in name:
+        if plain and dot > slash + 1 and name[:2] != "__" and "\n" not in name:
             prefix, ext = name[:dot], name[dot + 1 :].lower()
         else:
-            split = split_key(name)
-            if split is None:
+            field = field_of(name, rename_files, select_files)
+            if field is None:
                 continue
-            prefix, ext = split[0], split[1].lower()
+            prefix, ext = field
         if prefix != key:
             if sample is not None:
                 ordinal += 1
@@ -107,7 +139,7 @@ def group_members(
             if extra:
                 sample.update(extra)
         elif ext in sample:
-            raise ValueError(f"{name}: duplicate file name in tar file {url} (extension {ext!r})")
+            raise ShardError(url, offset, f"duplicate extension {ext!r} in sample {prefix!r}", name)
         else:
             sample[ext] = data
     cursor.done = True

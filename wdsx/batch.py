@@ -1,0 +1,181 @@
+"""Batching and unbatching, with webdataset's collation and checkpointable partial batches.
+
+``default_collation_fn`` follows webdataset: per field, ints and floats become a numpy array,
+numpy arrays are stacked with numpy, torch tensors with torch, anything else becomes a list.
+A batch is emitted as soon as it is full, so at every batch boundary the batcher holds nothing
+and a checkpoint there is just the upstream state.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from .buffer import Buffer
+from .stage import Run, Stage
+
+
+def _is_tensor(value: Any) -> bool:
+    if "torch" not in sys.modules:
+        return False
+    import torch
+
+    return isinstance(value, torch.Tensor)
+
+
+def _combine(values: list, combine_tensors: bool, combine_scalars: bool) -> Any:
+    first = values[0]
+    if isinstance(first, (int, float)):
+        return np.array(values) if combine_scalars else values
+    if isinstance(first, np.ndarray):
+        if not combine_tensors:
+            return values
+        _check_shapes(values)
+        return np.array(values)
+    if _is_tensor(first):
+        if not combine_tensors:
+            return values
+        import torch
+
+        _check_shapes(values)
+        return torch.stack(values)
+    return values
+
+
+def _check_shapes(values: list) -> None:
+    shapes = {tuple(value.shape) for value in values}
+    if len(shapes) > 1:
+        raise ValueError(f"cannot stack values of different shapes {sorted(shapes)} into a batch")
+
+
+def default_collation_fn(samples: Sequence[Any], combine_tensors: bool = True, combine_scalars: bool = True) -> Any:
+    """Collate tuples (into a tuple of columns) or dicts (into a dict of columns)."""
+    first = samples[0]
+    if isinstance(first, dict):
+        keys = set(first)
+        for sample in samples[1:]:
+            if set(sample) != keys:
+                raise ValueError(f"samples in a batch have different fields: {sorted(keys)} vs {sorted(sample)}")
+        return {key: _combine([s[key] for s in samples], combine_tensors, combine_scalars) for key in first}
+    columns = zip(*samples)
+    return tuple(_combine(list(column), combine_tensors, combine_scalars) for column in columns)
+
+
+def collate_torch(samples: Sequence[Any]) -> Any:
+    """Collate into torch tensors with torch's ``default_collate`` (numbers and arrays too)."""
+    from torch.utils.data import default_collate
+
+    return default_collate(list(samples))
+
+
+class Batched(Stage):
+    """Group ``batchsize`` consecutive items and collate them (None: emit plain lists)."""
+
+    def __init__(self, batchsize: int, collation_fn: Callable | None = default_collation_fn, partial: bool = True):
+        if batchsize < 1:
+            raise ValueError(f"batch size must be positive, got {batchsize}")
+        self.batchsize = batchsize
+        self.collation_fn = collation_fn
+        self.partial = partial
+
+    @property
+    def batch_hint(self) -> tuple[int, bool]:
+        """(batch size, partial), read by the reader to deal equal numbers of batches."""
+        return self.batchsize, self.partial
+
+    def describe(self) -> str:
+        return f"batched({self.batchsize}, partial={self.partial})"
+
+    def _collate(self, items: list) -> Any:
+        return items if self.collation_fn is None else self.collation_fn(items)
+
+    def replay(self, item: Any) -> Any:
+        return self._collate([item])
+
+    def apply(self, upstream: Iterator | None, run: Run, index: int) -> Iterator:
+        buffer = Buffer.attach(run, index)
+        batchsize = self.batchsize
+        for item in upstream:
+            buffer.items.append(item)
+            buffer.positions.append(run.position)
+            if len(buffer.items) >= batchsize:
+                items, run.position = buffer.items, buffer.positions
+                buffer.items, buffer.positions = [], []
+                yield self._collate(items)
+        if buffer.items and (self.partial or len(buffer.items) == batchsize):
+            items, run.position = buffer.items, buffer.positions
+            buffer.items, buffer.positions = [], []
+            yield self._collate(items)
+        buffer.items, buffer.positions = [], []
+
+
+def batched(batchsize: int = 20, collation_fn: Callable | None = default_collation_fn, partial: bool = True) -> Batched:
+    """Batches of ``batchsize`` items; ``partial=False`` drops a short last batch."""
+    return Batched(batchsize, collation_fn, partial)
+
+
+def _rows(batch: Any) -> list:
+    """The items of a collated batch (tuple/list of columns, or dict of columns)."""
+    if isinstance(batch, dict):
+        lengths = {len(column) for column in batch.values()}
+        if len(lengths) != 1:
+            raise ValueError(f"cannot unbatch a dict whose columns have lengths {sorted(lengths)}")
+        return [{key: column[i] for key, column in batch.items()} for i in range(lengths.pop())]
+    if isinstance(batch, (list, tuple)):
+        return [tuple(column[i] for column in batch) for i in range(len(batch[0]))]
+    raise ValueError(f"cannot unbatch a {type(batch).__name__}")
+
+
+def _items(batch: Any) -> list:
+    if not isinstance(batch, list):
+        raise ValueError(f"unlisted expects lists, got {type(batch).__name__}")
+    return batch
+
+
+class Unbatched(Stage):
+    """Split batches back into items (``rows``: how a batch splits)."""
+
+    ends_batching = True
+
+    def __init__(self, rows: Callable[[Any], list] = _rows, label: str = "unbatched"):
+        self.rows = rows
+        self.label = label
+
+    def describe(self) -> str:
+        return self.label
+
+    def replay(self, item: Any) -> Any:
+        return self.rows(item)[0]
+
+    def apply(self, upstream: Iterator | None, run: Run, index: int) -> Iterator:
+        buffer = Buffer.attach(run, index, self.replay)
+        while buffer.items:
+            item, run.position = buffer.items.pop(0), buffer.positions.pop(0)
+            yield item
+        for batch in upstream:
+            positions = run.position
+            rows = self.rows(batch)
+            if not isinstance(positions, list) or len(positions) != len(rows):
+                positions = [None] * len(rows)
+            buffer.items, buffer.positions = rows, list(positions)
+            while buffer.items:
+                item, run.position = buffer.items.pop(0), buffer.positions.pop(0)
+                yield item
+
+
+def unbatched() -> Unbatched:
+    """Turn batches (tuples or dicts of columns) back into single items."""
+    return Unbatched()
+
+
+def listed(batchsize: int, partial: bool = True) -> Batched:
+    """Lists of ``batchsize`` items, not collated."""
+    return Batched(batchsize, None, partial)
+
+
+def unlisted() -> Unbatched:
+    """Flatten lists back into items."""
+    return Unbatched(_items, "unlisted")

@@ -1,0 +1,195 @@
+"""WebDataset: the fluent, webdataset-compatible entry point.
+
+``WebDataset(urls, ...)`` takes webdataset's constructor arguments and builds a pipeline whose
+first stage is a :class:`~wdsx.reader.ShardReader`. Where webdataset's behaviour is a known
+trap, wdsx differs (see the README's "Differences from webdataset"): shard order changes every
+epoch, multi-rank jobs split by rank without an explicit nodesplitter, fewer shards than
+workers is fine, and every rank can be given the same number of batches.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import os
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from . import distributed
+from .errors import reraise_exception
+from .pipeline import DataPipeline
+from .reader import ReadSettings, ShardReader
+from .shards import expand_urls, single_node_only, split_by_node, split_by_worker
+from .sources import SourceOptions
+
+log = logging.getLogger("wdsx")
+
+
+def _file_selector(select_files: Callable[[str], bool] | str | None) -> Callable[[str], bool] | None:
+    """Accept a predicate or, as webdataset's FAQ suggests, a glob string (``"*.jpg"``)."""
+    if isinstance(select_files, str):
+        patterns = select_files.split(";")
+        return lambda name: any(fnmatch.fnmatch(name, pattern) for pattern in patterns)
+    return select_files
+
+
+def _source_options(options: SourceOptions | None, cache_dir: str | None, cache_size: int) -> SourceOptions:
+    options = options or SourceOptions()
+    cache_dir = os.environ.get("WDS_CACHE", cache_dir)
+    cache_size = int(os.environ.get("WDS_CACHE_SIZE", cache_size))
+    if cache_dir is not None:
+        cache_dir = os.path.expanduser(cache_dir)
+        options = replace(options, cache_dir=cache_dir, cache_size=cache_size)
+    if os.environ.get("WDS_SECURE", "0") not in ("", "0"):
+        options = replace(options, allow_pipe=False)
+    return options
+
+
+def _splitting(nodesplitter: Any, workersplitter: Any) -> tuple[bool, bool, tuple | None]:
+    """Map webdataset's splitter arguments onto the planner: wdsx's own splitters (the
+    defaults) let the planner deal the epoch; None means no splitting at that level; any
+    other function is applied to the URL stream as in webdataset."""
+    known_node = nodesplitter in (split_by_node, single_node_only, None)
+    known_worker = workersplitter in (split_by_worker, None)
+    if known_node and known_worker:
+        return nodesplitter is not None, workersplitter is not None, None
+    return False, False, (nodesplitter, workersplitter)
+
+
+class WebDataset(DataPipeline):
+    """Samples from WebDataset tar shards, with webdataset's arguments plus:
+
+    Args:
+        manifest: per-shard sample counts for balanced splitting: None looks for the manifest
+            written by ShardWriter / ``wdsx convert`` beside the shards; a URL or a
+            :class:`~wdsx.manifest.Manifest` uses that one; False never looks.
+        counts: per-shard sample counts given directly, or ``"scan"`` to count local shards
+            by reading their headers.
+        remainder: ``"exact"``, ``"pad"`` or ``"drop"``: how the epoch is evened out across
+            readers (see :func:`wdsx.plan.consumer_lengths`); default ``"pad"`` for multi-rank
+            jobs, ``"exact"`` otherwise.
+        options: how shards are fetched (timeouts, retries, S3 client settings, cache).
+    """
+
+    def __init__(
+        self,
+        urls: str | Iterable[str],
+        handler: Callable[[BaseException], bool] = reraise_exception,
+        mode: str | None = None,
+        resampled: bool = False,
+        repeat: bool = False,
+        shardshuffle: bool | int | None = None,
+        cache_size: int = -1,
+        cache_dir: str | None = None,
+        url_to_name: Any = None,
+        detshuffle: bool = False,
+        nodesplitter: Callable | None = split_by_node,
+        workersplitter: Callable | None = split_by_worker,
+        select_files: Callable[[str], bool] | str | None = None,
+        rename_files: Callable[[str], str] | None = None,
+        empty_check: bool = True,
+        verbose: bool = False,
+        seed: int | None = None,
+        *,
+        manifest: Any = None,
+        counts: Sequence[int] | str | None = None,
+        remainder: str | None = None,
+        options: SourceOptions | None = None,
+    ):
+        super().__init__(seed=seed)
+        self.urls = expand_urls(urls)
+        if empty_check and not self.urls:
+            raise ValueError(f"WebDataset: no shards in {urls!r}")
+        resampled = resampled or mode == "resampled"
+        if nodesplitter is single_node_only:
+            single_node_only(iter(()))
+        split_ranks, split_workers, custom = _splitting(nodesplitter, workersplitter)
+        self.options = _source_options(options, cache_dir, cache_size)
+        self.manifest = self._find_manifest(manifest)
+        settings = ReadSettings(self.options, handler, _file_selector(select_files), rename_files, True)
+        self.reader = ShardReader(
+            self.urls,
+            settings,
+            shuffle=bool(shardshuffle) and not resampled,
+            resampled=resampled,
+            split_ranks=split_ranks,
+            split_workers=split_workers,
+            custom_split=custom,
+            counts=self._initial_counts(counts),
+            remainder=remainder,
+        )
+        self.append(self.reader)
+        if repeat:
+            self.repeat()
+
+    # --- sample counts ----------------------------------------------------------------
+    def _find_manifest(self, manifest: Any) -> Any:
+        if manifest is False:
+            return None
+        from .manifest import Manifest, manifest_url_for_shard
+
+        if isinstance(manifest, Manifest):
+            return manifest
+        if isinstance(manifest, str):
+            found = Manifest.load(manifest, self.options)
+            if found is None:
+                raise ValueError(f"manifest {manifest} not found")
+            return found
+        if any(url.startswith("pipe:") for url in self.urls):
+            return None
+        try:
+            return Manifest.load(manifest_url_for_shard(self.urls[0]), self.options)
+        except Exception as exn:  # a missing or unreadable manifest only means "no counts"
+            log.debug("no manifest for %s: %s", self.urls[0], exn)
+            return None
+
+    def _initial_counts(self, counts: Sequence[int] | str | None) -> list[int] | None:
+        if counts == "scan":
+            return self._scan_counts()
+        if counts is not None:
+            if len(counts) != len(self.urls):
+                raise ValueError(f"counts has {len(counts)} entries for {len(self.urls)} shards")
+            return list(counts)
+        if self.manifest is not None:
+            return self.manifest.counts_for(self.urls)
+        return None
+
+    def _scan_counts(self) -> list[int]:
+        from .manifest import scan_counts
+
+        log.info("counting samples in %d shards by scanning their headers", len(self.urls))
+        return [scan_counts(url, self.options) for url in self.urls]
+
+    def prepare(self, topology: distributed.Topology, endless: bool) -> None:
+        """Make sure a multi-rank job can give every rank the same number of batches: that
+        needs per-shard sample counts, unless the epoch length is set explicitly (``endless``)."""
+        reader = self.reader
+        if topology.world_size <= 1 or not reader.split_ranks or reader.resampled or reader.counts is not None:
+            return
+        if endless or self.nsamples > 0:
+            return
+        from .sources import scheme_of
+
+        if all(scheme_of(url) == "file" for url in self.urls):
+            reader.counts = self._scan_counts()
+            return
+        raise ValueError(
+            "wdsx: a multi-rank job needs per-shard sample counts to give every rank the same number "
+            "of batches. Write a manifest beside the shards (ShardWriter and `wdsx convert` do; "
+            "`wdsx index URLS` makes one for existing shards), pass counts=[...], or set an explicit "
+            "epoch length with .with_epoch(n) on the dataset or the WebLoader."
+        )
+
+    def __iter__(self):
+        if not distributed.in_worker():
+            self.prepare(distributed.current(self._captured), self.repetitions == sys.maxsize)
+        return super().__iter__()
+
+
+class FluidWrapper(DataPipeline):
+    """A pipeline starting from any iterable, with the fluent methods (webdataset's FluidWrapper)."""
+
+    def __init__(self, initial: Any):
+        super().__init__(initial)

@@ -1,0 +1,117 @@
+"""Who is reading: rank and world size of the job, worker id and count of the DataLoader.
+
+Rank and world size come from ``torch.distributed`` when it is initialised, else from the
+launcher's environment (torchrun's ``RANK``/``WORLD_SIZE``, SLURM, Open MPI, MPICH). DataLoader
+workers started with ``spawn`` cannot see the process group, so datasets capture the rank in
+the main process (:func:`capture`) and WebLoader tells each worker who it is
+(:func:`assign`). torch is only consulted when the program has already imported it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+_RANK_VARIABLES = (
+    ("RANK", "WORLD_SIZE"),
+    ("SLURM_PROCID", "SLURM_NTASKS"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("PMI_RANK", "PMI_SIZE"),
+)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """One reader's place in the job: rank of world_size, worker of num_workers."""
+
+    rank: int = 0
+    world_size: int = 1
+    worker: int = 0
+    num_workers: int = 1
+
+    @property
+    def consumer(self) -> int:
+        """Index of this reading stream among all ranks' workers."""
+        return self.rank * self.num_workers + self.worker
+
+    @property
+    def consumers(self) -> int:
+        return self.world_size * self.num_workers
+
+
+_assigned: Topology | None = None
+
+
+def assign(topology: Topology | None) -> None:
+    """Set this process's identity explicitly (WebLoader does this in each worker)."""
+    global _assigned
+    _assigned = topology
+
+
+def assigned() -> Topology | None:
+    """The identity set with :func:`assign`, if any."""
+    return _assigned
+
+
+def rank_and_world(group: object = None) -> tuple[int, int]:
+    """(rank, world_size) from torch.distributed if initialised, else from launcher variables."""
+    if "torch" in sys.modules:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            group = group or dist.group.WORLD
+            return dist.get_rank(group=group), dist.get_world_size(group=group)
+    for rank_var, size_var in _RANK_VARIABLES:
+        if rank_var in os.environ and size_var in os.environ:
+            return int(os.environ[rank_var]), int(os.environ[size_var])
+    return 0, 1
+
+
+def worker_and_count() -> tuple[int, int]:
+    """(worker id, number of workers) of the current DataLoader worker; (0, 1) elsewhere."""
+    if "WORKER" in os.environ and "NUM_WORKERS" in os.environ:
+        return int(os.environ["WORKER"]), int(os.environ["NUM_WORKERS"])
+    if "torch" in sys.modules:
+        from torch.utils.data import get_worker_info
+
+        info = get_worker_info()
+        if info is not None:
+            return info.id, info.num_workers
+    return 0, 1
+
+
+def in_worker() -> bool:
+    """True inside a DataLoader worker process."""
+    if "torch" not in sys.modules:
+        return False
+    from torch.utils.data import get_worker_info
+
+    return get_worker_info() is not None
+
+
+def capture() -> tuple[int, int]:
+    """The main process's (rank, world_size), to be carried into worker processes."""
+    return rank_and_world()
+
+
+def current(captured: tuple[int, int] | None = None) -> Topology:
+    """This reader's topology: the assigned one, else workers use the rank captured in the
+    main process (when the live lookup sees a single process), else the live lookup."""
+    if _assigned is not None:
+        return _assigned
+    rank, world = rank_and_world()
+    if captured is not None and world == 1 and in_worker():
+        rank, world = captured
+    worker, workers = worker_and_count()
+    return Topology(rank, world, worker, workers)
+
+
+def pytorch_worker_info(group: object = None) -> tuple[int, int, int, int]:
+    """webdataset-compatible ``(rank, world_size, worker, num_workers)``."""
+    if _assigned is not None:
+        topo = _assigned
+        return topo.rank, topo.world_size, topo.worker, topo.num_workers
+    rank, world = rank_and_world(group)
+    worker, workers = worker_and_count()
+    return rank, world, worker, workers

@@ -1,0 +1,327 @@
+"""DataPipeline: an ordered list of stages, iterated one epoch at a time, with exact state.
+
+``DataPipeline(*stages)`` accepts what webdataset's does (our stages, plain functions of an
+iterator, lists, datasets), and adds ``state_dict()`` / ``load_state_dict()``. A state taken
+at any point between two items resumes, in a fresh process, with exactly the items an
+uninterrupted run would have produced next.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+from . import distributed
+from .errors import NotResumableError, StateError
+from .fluid import FluidInterface
+from .stage import Run, Stage, as_stage
+from .state import FORMAT, VERSION, PositionTable, check_format, fingerprint_differences
+
+log = logging.getLogger("wdsx")
+
+
+def default_seed(seed: int | None) -> int:
+    """The seed to use: the one given, else ``WDS_SEED``, else 0 (the same on every rank)."""
+    if seed is not None:
+        return int(seed)
+    return int(os.environ.get("WDS_SEED", "0"))
+
+
+def register_with_torch() -> None:
+    """Make torch's DataLoader treat wdsx pipelines as IterableDatasets, without importing
+    torch ourselves: registration happens once torch is loaded by the program."""
+    if "torch" not in sys.modules or _registered:
+        return
+    from torch.utils.data import IterableDataset
+
+    IterableDataset.register(DataPipeline)
+    _registered.append(True)
+
+
+_registered: list[bool] = []
+
+
+class _Stream:
+    """One iteration over a pipeline: runs epoch after epoch, as many as requested."""
+
+    def __init__(self, pipeline: DataPipeline, start: dict | None):
+        self.pipeline = pipeline
+        self.start = start
+        self.epoch = start["epoch"] if start else pipeline._next_epoch
+        self.nominal = start.get("nominal", 0) if start else 0
+        self.topology = pipeline._topology(start)
+        self.run: Run | None = None
+        self.started = False
+        self.table = PositionTable(start.get("urls", []) if start else [])
+        self.items = self._generate()
+
+    def _generate(self) -> Iterator:
+        pipeline = self.pipeline
+        repetitions = pipeline.repetitions
+        restore = self.start
+        while repetitions > 0:
+            self.started = True
+            stages = pipeline.pipeline
+            saved = {int(k): v for k, v in restore["stages"].items()} if restore else None
+            run = Run(stages, self.epoch, pipeline.seed, self.topology, saved, self.table.urls)
+            run.table = self.table
+            self.run = run
+            pipeline._next_epoch = self.epoch + 1
+            chain = None
+            for index, stage in enumerate(stages):
+                if stage.produces_samples and run.source_index is None:
+                    run.source_index = index
+                chain = stage.apply(chain, run, index)
+            count = 0
+            for item in chain:
+                count += 1
+                yield item
+            self.run = None
+            self.epoch += 1
+            repetitions -= 1
+            if count == 0 and not restore:
+                break
+            restore = None
+
+    def state(self) -> dict:
+        """Epoch and stage states at the point between the last item yielded and the next."""
+        if not self.started and self.start is not None:
+            return {"epoch": self.start["epoch"], "stages": self.start.get("stages", {}), "nominal": self.nominal}
+        stages = {}
+        if self.run is not None:
+            for index, holder in sorted(self.run.states.items()):
+                stages[str(index)] = holder.snapshot(self.table)
+        return {"epoch": self.run.epoch if self.run else self.epoch, "stages": stages, "nominal": self.nominal}
+
+
+class DataPipeline(FluidInterface):
+    """A pipeline of stages; iterable, picklable, checkpointable.
+
+    Args:
+        *stages: stages in order; the first produces items (a shard list, a reader, an
+            iterable), the others transform the stream. ``None`` is skipped, lists are spliced.
+        seed: seed for every random choice (shard order, shuffle buffers). Defaults to
+            ``WDS_SEED`` or 0, so that every rank and every restart agrees.
+    """
+
+    def __init__(self, *stages: Any, seed: int | None = None):
+        self.pipeline: list[Stage] = []
+        for item in stages:
+            if item is None:
+                continue
+            for stage in item if isinstance(item, list) and item and _all_stages(item) else [item]:
+                self.pipeline.append(as_stage(stage))
+        self.seed = default_seed(seed)
+        self.repetitions = 1
+        self.nsamples = -1
+        self.size: int | None = None
+        self._next_epoch = 0
+        self._pending: dict | None = None
+        self._live: _Stream | None = None
+        self._captured = distributed.capture()
+        register_with_torch()
+
+    # --- building ---------------------------------------------------------------------
+    def compose(self, *stages: Any) -> DataPipeline:
+        """A copy of this pipeline with ``stages`` appended (the original is unchanged)."""
+        if self._pending is not None:
+            raise StateError(
+                "a checkpoint was loaded into this pipeline and would not reach the extended copy; "
+                "load it into the finished pipeline instead"
+            )
+        result = object.__new__(type(self))
+        result.__dict__.update(self.__dict__)
+        result.pipeline = list(self.pipeline) + [as_stage(stage) for stage in stages]
+        result._live = None
+        return result
+
+    def append(self, stage: Any) -> None:
+        """Add a stage to this pipeline in place."""
+        self.pipeline.append(as_stage(stage))
+
+    def stage(self, index: int) -> Stage:
+        return self.pipeline[index]
+
+    def with_length(self, n: int, silent: bool = False) -> DataPipeline:
+        """Give the pipeline a ``len()`` (for frameworks that insist); it does not change how
+        many items an epoch yields. Unlike webdataset's, the result stays picklable."""
+        if not silent:
+            warnings.warn(".with_length() only sets __len__; it does not change the epoch's length", stacklevel=2)
+        self.size = n
+        return self
+
+    def with_epoch(self, nsamples: int = -1, nbatches: int = -1) -> DataPipeline:
+        """Make each ``iter()`` yield exactly this many items from an endless stream.
+
+        The stream continues where the previous ``iter()`` stopped (webdataset restarts it),
+        running through as many epochs of the data as needed.
+        """
+        self.repetitions = sys.maxsize
+        self.nsamples = max(nsamples, nbatches)
+        return self
+
+    def repeat(self, nepochs: int = -1, nbatches: int = -1) -> DataPipeline:
+        """Run through the data ``nepochs`` times per ``iter()`` (forever if negative), each
+        pass with its own shard order, stopping after ``nbatches`` items if given."""
+        self.repetitions = nepochs if nepochs > 0 else sys.maxsize
+        self.nsamples = nbatches
+        return self
+
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch the next ``iter()`` runs (as with DistributedSampler.set_epoch)."""
+        if self._pending is not None and self._pending["epoch"] != epoch:
+            raise StateError(
+                f"set_epoch({epoch}) after loading a checkpoint of epoch {self._pending['epoch']}: "
+                "the checkpoint would be ignored"
+            )
+        self._next_epoch = epoch
+
+    def __len__(self) -> int:
+        if self.size is None:
+            raise TypeError(
+                f"{type(self).__name__} has no len(); use .with_length(n) if a framework needs one "
+                "(if a torch DataLoader asks, import torch before creating the dataset)"
+            )
+        return self.size
+
+    # --- iterating --------------------------------------------------------------------
+    def __iter__(self) -> Iterator:
+        if self.nsamples > 0:
+            if self._live is None or self._pending is not None:
+                self._live = _Stream(self, self._take_pending())
+            return self._limited(self._live, self.nsamples)
+        self._live = _Stream(self, self._take_pending())
+        return self._live.items
+
+    def _limited(self, stream: _Stream, limit: int) -> Iterator:
+        items = stream.items
+        while stream.nominal < limit:
+            try:
+                item = next(items)
+            except StopIteration:
+                self._live = None
+                return
+            stream.nominal += 1
+            yield item
+        stream.nominal = 0
+
+    def _take_pending(self) -> dict | None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            log.info("resuming %s at epoch %d", type(self).__name__, pending["epoch"])
+        return pending
+
+    def _topology(self, start: dict | None) -> distributed.Topology:
+        topology = distributed.current(self._captured)
+        if start is not None and "topology" in start:
+            saved = tuple(start["topology"])
+            if saved != (topology.consumer, topology.consumers):
+                raise StateError(
+                    f"checkpoint belongs to reader {saved[0]} of {saved[1]}, but this is reader "
+                    f"{topology.consumer} of {topology.consumers} (rank {topology.rank}/{topology.world_size}, "
+                    f"worker {topology.worker}/{topology.num_workers}); resume through WebLoader, which "
+                    "re-deals checkpoints across a different number of ranks or workers"
+                )
+        return topology
+
+    # --- checkpointing ----------------------------------------------------------------
+    def fingerprint(self) -> dict:
+        """What a checkpoint must match: the stages (and through the reader, the shard list)."""
+        return {"stages": [stage.describe() for stage in self.pipeline]}
+
+    def not_resumable(self) -> list[str]:
+        """Reasons a checkpoint of this pipeline would not resume exactly (empty when it would)."""
+        reasons = []
+        source = next((i for i, stage in enumerate(self.pipeline) if stage.produces_samples), None)
+        for index, stage in enumerate(self.pipeline):
+            if source is not None and index < source:
+                continue  # shard-list stages are replayed from the epoch start
+            reason = stage.not_resumable()
+            if reason:
+                reasons.append(f"stage {index}: {reason}")
+        if source is None and self.pipeline:
+            reasons.append("no stage reads shards (tarfile_to_samples or WebDataset), so no positions exist")
+        return reasons
+
+    def state_dict(self, strict: bool = True) -> dict:
+        """The state after the last item this process took from the pipeline; JSON-serialisable.
+
+        Raises :class:`NotResumableError` if the pipeline holds something that cannot be
+        restored exactly, unless ``strict=False`` (then it warns and says what will differ).
+        """
+        reasons = self.not_resumable()
+        if reasons:
+            message = "this pipeline cannot be checkpointed exactly: " + "; ".join(reasons)
+            if strict:
+                raise NotResumableError(message)
+            warnings.warn(message + " (strict=False: resuming restarts those stages)", stacklevel=2)
+        return self.snapshot()
+
+    def snapshot(self) -> dict:
+        """The current state, without checking that it can be restored exactly."""
+        if self._pending is not None:
+            return self._pending
+        if self._live is not None:
+            inner = self._live.state()
+            urls = self._live.table.urls
+            topology = self._live.topology
+        else:
+            inner = {"epoch": self._next_epoch, "stages": {}, "nominal": 0}
+            urls = []
+            topology = distributed.current(self._captured)
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "fingerprint": self.fingerprint(),
+            "seed": self.seed,
+            "topology": [topology.consumer, topology.consumers],
+            **inner,
+            "urls": list(urls),
+        }
+
+    def load_state_dict(self, state: dict, strict: bool = True) -> None:
+        """Resume from ``state`` at the next ``iter()``. The state must match this pipeline
+        (stages, shard list, seed); with ``strict=False`` mismatches warn instead of raising."""
+        check_format(state)
+        problems = fingerprint_differences(state["fingerprint"], self.fingerprint())
+        if state["seed"] != self.seed:
+            problems.append(f"seed differs: checkpoint has {state['seed']}, pipeline has {self.seed}")
+        if problems:
+            message = "checkpoint does not match this pipeline: " + "; ".join(problems)
+            if strict:
+                raise StateError(message)
+            warnings.warn(message + " (strict=False: resuming anyway with the checkpoint's seed)", stacklevel=2)
+            self.seed = state["seed"]
+        self._pending = dict(state)
+        self._live = None
+
+    # --- pickling and cleanup ---------------------------------------------------------
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_live"] = None
+        state["_captured"] = distributed.capture()
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        register_with_torch()
+
+    def close(self) -> None:
+        """Release the live iteration (open shards are closed when its generators close)."""
+        if self._live is not None:
+            self._live.items.close()
+            self._live = None
+
+    def current_position(self) -> Any:
+        """Position(s) of the item most recently yielded by the live iteration."""
+        run = self._live.run if self._live is not None else None
+        return run.position if run is not None else None
+
+
+def _all_stages(items: list) -> bool:
+    """webdataset splices a list argument into the stages; a list of data items is a source."""
+    return all(isinstance(item, Stage) or callable(item) for item in items)

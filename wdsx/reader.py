@@ -1,0 +1,462 @@
+"""Reading shards into samples, starting anywhere: the source stage of every pipeline.
+
+:class:`ShardReader` (what ``WebDataset`` builds on) reads the spans its consumer was dealt
+(:mod:`wdsx.plan`); :class:`TarExpander` (webdataset's ``tarfile_to_samples``) reads whatever
+URLs the stages before it produce. Both keep a cursor: the shard, byte offset and ordinal of
+the next sample. A checkpoint stores that cursor, and resuming opens the shard at that offset
+(a seek, or a ranged request) instead of re-reading the shard's beginning.
+
+Gzip-compressed shards cannot start at an offset: they are re-read from the start and the
+decompressed bytes before the offset are skipped (logged once per shard).
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import plan as planning
+from . import rng
+from .errors import ShardError, reraise_exception
+from .samples import POSITION, Cursor, group_members, sample_starts
+from .sources import SourceOptions, open_source
+from .stage import Run, Stage
+from .tar import iter_members, scan_headers
+
+log = logging.getLogger("wdsx")
+
+Handler = Callable[[BaseException], bool]
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+@dataclass
+class ReadSettings:
+    """How members become samples, shared by the reading stages (picklable)."""
+
+    options: SourceOptions
+    handler: Handler = reraise_exception
+    select_files: Callable[[str], bool] | None = None
+    rename_files: Callable[[str], str] | None = None
+    add_local_path: bool = False
+
+
+class _Prefixed:
+    """A reader that returns some already-read bytes before the rest of a stream."""
+
+    def __init__(self, head: bytes, read: Callable[[int], bytes]):
+        self.head = head
+        self._read = read
+
+    def read(self, n: int = -1) -> bytes:
+        if not self.head:
+            return self._read(n)
+        head, self.head = self.head, b""
+        return head + self._read(max(n - len(head), 0)) if n > len(head) else head
+
+
+class _TarStream:
+    """The tar byte stream of one shard: raw, or gunzipped, starting at a tar offset."""
+
+    def __init__(self, url: str, offset: int, options: SourceOptions):
+        compressed = url.endswith((".gz", ".tgz"))
+        self.source = open_source(url, 0 if compressed else offset, options)
+        self.local_path = self.source.local_path
+        raw = self.source
+        if not compressed and offset == 0:
+            head = self.source.read(2)
+            compressed = head == _GZIP_MAGIC
+            raw = _Prefixed(head, self.source.read)
+        self.read = raw.read
+        if compressed:
+            self.read = gzip.GzipFile(fileobj=raw, mode="rb").read
+            if offset:
+                log.info("%s is compressed: re-reading it from the start to reach offset %d", url, offset)
+                remaining = offset
+                while remaining > 0:
+                    skipped = len(self.read(min(remaining, 1 << 20)))
+                    if not skipped:
+                        raise ShardError(url, offset, "compressed shard ends before the resume offset")
+                    remaining -= skipped
+
+    def close(self) -> None:
+        self.source.close()
+
+
+def read_piece(
+    url: str,
+    cursor: Cursor,
+    stop: int | None,
+    settings: ReadSettings,
+    extra: dict[str, Any] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Samples of one shard from ``cursor`` (offset and ordinal) up to ordinal ``stop``.
+
+    A cursor whose offset is None starts at its ordinal: local shards find it by scanning
+    headers, other shards are read from the start and the samples before it skipped.
+    """
+    offset, first = cursor.offset, cursor.ordinal
+    if offset is None:
+        offset = _locate(url, first, settings)
+        if offset is not None:
+            cursor.offset = offset
+    stream = _TarStream(url, offset or 0, settings.options)
+    try:
+        if settings.add_local_path and stream.local_path is not None:
+            extra = {**(extra or {}), "__local_path__": stream.local_path}
+        if offset is None:
+            cursor.offset, cursor.ordinal = 0, 0
+        members = iter_members(stream.read, url, offset or 0, settings.options.chunk)
+        samples = group_members(
+            members,
+            url,
+            cursor,
+            stop=stop,
+            rename_files=settings.rename_files,
+            select_files=settings.select_files,
+            extra=extra,
+        )
+        if offset is None:
+            for sample in samples:
+                if sample[POSITION][2] >= first:
+                    yield sample
+        else:
+            yield from samples
+    finally:
+        stream.close()
+
+
+def _locate(url: str, ordinal: int, settings: ReadSettings) -> int | None:
+    """Byte offset of sample ``ordinal`` in a local, uncompressed shard, found by a header
+    scan that seeks over payloads; None when the shard is not local (the caller skips)."""
+    if ordinal == 0:
+        return 0
+    if url.endswith((".gz", ".tgz")):
+        return None
+    source = open_source(url, 0, settings.options)
+    try:
+        if source.local_path is None:
+            return None
+        headers = scan_headers(source.read, source.skip, url)
+        for found, offset in sample_starts(headers, settings.rename_files, settings.select_files):
+            if found == ordinal:
+                return offset
+        raise ShardError(url, None, f"shard has fewer than {ordinal + 1} samples")
+    finally:
+        source.close()
+
+
+def read_positions(positions: Sequence[tuple], settings: ReadSettings) -> list[dict[str, Any]]:
+    """Read the single samples at ``positions`` (``(url, offset, ordinal[, pad])``), in order."""
+    samples = []
+    for position in positions:
+        url, offset, ordinal = position[0], position[1], position[2]
+        extra = {"__pad__": True} if len(position) > 3 and position[3] else None
+        cursor = Cursor(offset, ordinal)
+        sample = next(read_piece(url, cursor, ordinal + 1, settings, extra), None)
+        if sample is None:
+            raise ShardError(url, offset, f"no sample {ordinal} at this offset while restoring a buffer")
+        if extra:
+            sample[POSITION] = (url, offset, ordinal, True)
+        samples.append(sample)
+    return samples
+
+
+class _Progress:
+    """A reading stage's cursor, as a checkpoint sees it."""
+
+    __slots__ = ("plan", "explicit", "restored", "span", "pos", "cursor", "leftover", "draws", "taken", "done")
+
+    def __init__(self) -> None:
+        self.plan: planning.ConsumerPlan | None = None
+        self.restored = False
+        self.explicit = False  # the plan came from a checkpoint (re-dealt), not from the epoch
+        self.span = 0
+        self.pos = 0
+        self.cursor = Cursor(0, 0)
+        self.leftover = 0
+        self.draws = 0
+        self.taken = 0
+        self.done = False
+
+    def snapshot(self, table: Any) -> dict:
+        state: dict[str, Any] = {
+            "span": self.span,
+            "pos": self.pos,
+            "offset": self.cursor.offset,
+            "ordinal": self.cursor.ordinal,
+            "piece_done": self.cursor.done,
+            "leftover": self.leftover,
+            "draws": self.draws,
+            "taken": self.taken,
+            "done": self.done,
+        }
+        if self.explicit and self.plan is not None:
+            state["plan"] = self.plan.to_json()
+        return state
+
+    def restore(self, saved: dict) -> None:
+        self.restored = True
+        self.span, self.pos = saved["span"], saved["pos"]
+        self.cursor = Cursor(saved["offset"], saved["ordinal"])
+        self.cursor.done = saved["piece_done"]
+        self.leftover, self.draws, self.taken = saved["leftover"], saved["draws"], saved["taken"]
+        self.done = saved["done"]
+        if "plan" in saved:
+            self.plan = planning.ConsumerPlan.from_json(saved["plan"])
+            self.explicit = True
+
+
+def _skip_item(handler: Handler, exn: Exception) -> bool:
+    """Ask the handler about a failed shard; True means go on with the next one."""
+    return bool(handler(exn))
+
+
+class ShardReader(Stage):
+    """Reads this consumer's share of every epoch from a fixed shard list.
+
+    Args:
+        urls: the expanded shard list (every rank and worker must see the same list).
+        settings: how members become samples.
+        shuffle: a new random shard order every epoch, from (seed, epoch).
+        resampled: draw shards with replacement, forever (webdataset's ``resampled=True``).
+        split_ranks / split_workers: deal the epoch across ranks / DataLoader workers.
+        custom_split: webdataset-style node and worker splitter functions applied to the URL
+            stream instead of the planner.
+        counts: per-URL sample counts (from a manifest or a scan) for balanced splits.
+        remainder: how unequal shares are evened out: "exact", "pad" or "drop"; None picks
+            "pad" in multi-rank jobs (so every rank yields the same number of batches) and
+            "exact" otherwise.
+    """
+
+    produces_samples = True
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        settings: ReadSettings,
+        *,
+        shuffle: bool = False,
+        resampled: bool = False,
+        split_ranks: bool = True,
+        split_workers: bool = True,
+        custom_split: tuple[Callable | None, Callable | None] | None = None,
+        counts: Sequence[int] | None = None,
+        remainder: str | None = None,
+    ):
+        self.urls = list(urls)
+        self.settings = settings
+        self.shuffle = shuffle
+        self.resampled = resampled
+        self.split_ranks = split_ranks
+        self.split_workers = split_workers
+        self.custom_split = custom_split
+        self.counts = list(counts) if counts is not None else None
+        self.remainder = remainder
+        self._fingerprint = rng.derive_seed("\n".join(self.urls))
+
+    def describe(self) -> str:
+        mode = "resampled" if self.resampled else ("shuffled" if self.shuffle else "ordered")
+        return f"shards(n={len(self.urls)}, hash={self._fingerprint:016x}, {mode})"
+
+    # --- planning ---------------------------------------------------------------------
+    def consumers(self, run: Run) -> tuple[int, int]:
+        """(this consumer's index, number of consumers) under the configured splitting."""
+        topo = run.topology
+        ranks = topo.world_size if self.split_ranks else 1
+        workers = topo.num_workers if self.split_workers else 1
+        rank = topo.rank if self.split_ranks else 0
+        worker = topo.worker if self.split_workers else 0
+        return rank * workers + worker, ranks * workers
+
+    def remainder_for(self, world_size: int) -> str:
+        if self.remainder is not None:
+            return self.remainder
+        return "pad" if world_size > 1 and self.split_ranks else "exact"
+
+    def counts_in_order(self, order: Sequence[int]) -> list[int] | None:
+        return [self.counts[i] for i in order] if self.counts is not None else None
+
+    def plan_for(self, run: Run, index: int) -> tuple[list[int], planning.ConsumerPlan]:
+        """This consumer's shard order and plan for the run's epoch."""
+        if self.custom_split is not None:
+            order = self._custom_order(run)
+            return order, planning.ConsumerPlan([planning.Span(0, 0, len(order), 0, 0)])
+        order = planning.epoch_order(len(self.urls), run.seed, run.epoch, self.shuffle)
+        me, consumers = self.consumers(run)
+        plan = self.plan_consumer(order, me, consumers, batch_hint(run.stages, index), run.topology.world_size)
+        return order, plan
+
+    def plan_consumer(
+        self, order: Sequence[int], consumer: int, consumers: int, hint: tuple[int, bool], world_size: int
+    ) -> planning.ConsumerPlan:
+        """The plan of one consumer among ``consumers`` for an epoch with shard ``order``."""
+        batch, partial = hint
+        counts = self.counts_in_order(order)
+        remainder = self.remainder_for(world_size)
+        return planning.plan_epoch(consumers, counts, len(order), batch, partial, remainder)[consumer]
+
+    def _custom_order(self, run: Run) -> list[int]:
+        node_split, worker_split = self.custom_split or (None, None)
+        index = {url: i for i, url in enumerate(self.urls)}
+        order = planning.epoch_order(len(self.urls), run.seed, run.epoch, self.shuffle)
+        stream: Iterator = iter({"url": self.urls[i]} for i in order)
+        if node_split is not None:
+            stream = node_split(stream)
+        if worker_split is not None:
+            stream = worker_split(stream)
+        return [index[item["url"]] for item in stream]
+
+    # --- reading ----------------------------------------------------------------------
+    def apply(self, upstream: Iterator | None, run: Run, index: int) -> Iterator:
+        progress = _Progress()
+        saved = run.register(index, progress)
+        if saved is not None:
+            progress.restore(saved)
+        if self.resampled:
+            return self._resampled(run, progress)
+        order, plan = self.plan_for(run, index)
+        if progress.plan is None:
+            progress.plan = plan
+        return self._planned(run, progress, order)
+
+    def _planned(self, run: Run, progress: _Progress, order: list[int]) -> Iterator:
+        settings, handler, urls = self.settings, self.settings.handler, self.urls
+        plan = progress.plan
+        while progress.leftover < len(plan.leftovers):
+            (shard, offset, ordinal), pad = plan.leftovers[progress.leftover]
+            sample = read_positions([(urls[shard], offset, ordinal, pad)], settings)[0]
+            progress.leftover += 1
+            run.position = sample[POSITION]
+            yield sample
+        restored = progress.restored
+        for span_index in range(progress.span, len(plan.spans)):
+            span = plan.spans[span_index]
+            extra = {"__pad__": True} if span.pad else None
+            for piece in planning.pieces(span):
+                if restored:
+                    if piece.pos < progress.pos or (piece.pos == progress.pos and progress.cursor.done):
+                        continue
+                    cursor = progress.cursor
+                    restored = False
+                else:
+                    cursor = Cursor(piece.offset, piece.first)
+                progress.span, progress.pos, progress.cursor = span_index, piece.pos, cursor
+                url = urls[order[piece.pos]]
+                try:
+                    for sample in read_piece(url, cursor, piece.stop, settings, extra):
+                        if extra:
+                            sample[POSITION] += (True,)
+                        run.position = sample[POSITION]
+                        yield sample
+                except Exception as exn:
+                    if not _skip_item(handler, exn):
+                        progress.done = True
+                        return
+                    cursor.done = True
+            restored = False
+        progress.span = len(plan.spans)
+        progress.done = True
+
+    def _resampled(self, run: Run, progress: _Progress) -> Iterator:
+        """Shards drawn with replacement from a per-consumer random stream, without end."""
+        me, _ = self.consumers(run)
+        seed = rng.derive_seed("resample", run.seed, me)
+        if not self.urls:
+            return
+        while True:
+            if progress.draws == 0 or progress.cursor.done:
+                shard = rng.below(seed, progress.draws, len(self.urls))
+                progress.draws += 1
+                progress.pos = shard
+                progress.cursor = Cursor(0, 0)
+            cursor = progress.cursor
+            try:
+                for sample in read_piece(self.urls[progress.pos], cursor, None, self.settings):
+                    run.position = sample[POSITION]
+                    yield sample
+            except Exception as exn:
+                if not _skip_item(self.settings.handler, exn):
+                    return
+                cursor.done = True
+
+    def read_positions(self, positions: Sequence[tuple]) -> list[dict[str, Any]]:
+        return read_positions(positions, self.settings)
+
+
+def batch_hint(stages: Sequence[Stage], index: int) -> tuple[int, bool]:
+    """Batch size and partial flag of the first batching stage after stage ``index``, so that
+    dealt shares can give every consumer the same number of batches."""
+    for stage in stages[index + 1 :]:
+        hint = getattr(stage, "batch_hint", None)
+        if hint is not None:
+            return hint
+        if getattr(stage, "ends_batching", False):
+            break
+    return 1, True
+
+
+class TarExpander(Stage):
+    """webdataset's ``tarfile_to_samples``: URL dicts in, samples out, with a cursor."""
+
+    produces_samples = True
+
+    def __init__(self, settings: ReadSettings):
+        self.settings = settings
+
+    def describe(self) -> str:
+        return "tarfile_to_samples"
+
+    def apply(self, upstream: Iterator | None, run: Run, index: int) -> Iterator:
+        progress = _Progress()
+        saved = run.register(index, progress)
+        if saved is not None:
+            progress.restore(saved)
+        return self._expand(upstream, run, progress)
+
+    def _expand(self, upstream: Iterator, run: Run, progress: _Progress) -> Iterator:
+        settings, handler = self.settings, self.settings.handler
+        resume = progress.taken
+        for number, item in enumerate(upstream):
+            if number < resume - 1 or (number == resume - 1 and progress.cursor.done):
+                continue
+            if number == resume - 1:
+                cursor = progress.cursor
+            else:
+                cursor = Cursor(0, 0)
+                progress.taken, progress.cursor = number + 1, cursor
+            url = item["url"] if isinstance(item, dict) else item
+            try:
+                for sample in read_piece(url, cursor, None, settings):
+                    run.position = sample[POSITION]
+                    yield sample
+            except Exception as exn:
+                if not _skip_item(handler, exn):
+                    return
+                cursor.done = True
+        progress.done = True
+
+    def read_positions(self, positions: Sequence[tuple]) -> list[dict[str, Any]]:
+        return read_positions(positions, self.settings)
+
+
+def tarfile_to_samples(
+    handler: Handler = reraise_exception,
+    select_files: Callable[[str], bool] | None = None,
+    rename_files: Callable[[str], str] | None = None,
+    options: SourceOptions | None = None,
+) -> TarExpander:
+    """The stage that turns ``{"url": ...}`` items into samples (webdataset's name)."""
+    return TarExpander(ReadSettings(options or SourceOptions(), handler, select_files, rename_files))
+
+
+def tarfile_samples(
+    src: Iterator,
+    handler: Handler = reraise_exception,
+    select_files: Callable[[str], bool] | None = None,
+    rename_files: Callable[[str], str] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Samples from an iterator of ``{"url": ...}`` items."""
+    return tarfile_to_samples(handler, select_files, rename_files)(src)

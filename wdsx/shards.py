@@ -1,0 +1,177 @@
+"""Shard lists: URL patterns, epoch order, splitting by rank and worker, resampling.
+
+Patterns follow webdataset: ``::`` joins several patterns, ``${VAR}`` reads ``WDS_VAR`` from
+the environment, ``{000000..000999}`` brace-expands. On top, a pattern with ``*`` / ``?`` /
+``[..]`` or an ``s3://bucket/prefix/`` ending in a slash is expanded by listing.
+
+Unlike webdataset, a seeded shard shuffle gives a **new order every epoch** (a pure function of
+seed and epoch), identical on every rank and worker, so splitting after shuffling is safe.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Iterable, Iterator
+from itertools import islice
+from typing import Any
+
+import braceexpand
+
+from . import distributed, rng
+from .plan import epoch_order
+from .stage import Run, Stage
+
+_GLOB_CHARS = re.compile(r"[*?\[]")
+
+
+def envsubst(url: str) -> str:
+    """Replace ``${VAR}`` with the value of the environment variable ``WDS_VAR``."""
+
+    def lookup(match: re.Match) -> str:
+        name = "WDS_" + match.group(1)
+        if name not in os.environ:
+            raise KeyError(f"{url}: environment variable {name} is not set (for ${{{match.group(1)}}})")
+        return os.environ[name]
+
+    return re.sub(r"\$\{(\w+)\}", lookup, url)
+
+
+def expand_urls(urls: str | Iterable[str]) -> list[str]:
+    """Expand a pattern string (or pass a list through) into the list of shard URLs."""
+    if not isinstance(urls, str):
+        return [str(url) for url in urls]
+    result: list[str] = []
+    for pattern in urls.split("::"):
+        for _ in range(10):
+            substituted = envsubst(pattern)
+            if substituted == pattern:
+                break
+            pattern = substituted
+        for url in braceexpand.braceexpand(pattern):
+            result.extend(_listed(url))
+    return result
+
+
+def _listed(url: str) -> list[str]:
+    """A URL, or the shards a glob or an ``s3://.../`` prefix names."""
+    if url.startswith("pipe:") or not (_GLOB_CHARS.search(url) or (url.startswith("s3://") and url.endswith("/"))):
+        return [url]
+    from .sources import list_shards
+
+    found = list_shards(url)
+    if not found:
+        raise ValueError(f"{url}: the pattern matches no shards")
+    return found
+
+
+def split_by_node(src: Iterable, group: Any = None) -> Iterator:
+    """Every ``world_size``-th item, starting at this rank (webdataset-compatible).
+
+    As ``WebDataset(nodesplitter=...)`` this is the default, and wdsx deals the epoch across
+    ranks itself (at sample granularity when counts are known)."""
+    rank, world, _, _ = distributed.pytorch_worker_info(group=group)
+    return islice(src, rank, None, world) if world > 1 else iter(src)
+
+
+def split_by_worker(src: Iterable) -> Iterator:
+    """Every ``num_workers``-th item, starting at this DataLoader worker."""
+    _, _, worker, workers = distributed.pytorch_worker_info()
+    return islice(src, worker, None, workers) if workers > 1 else iter(src)
+
+
+def single_node_only(src: Iterable, group: Any = None) -> Iterator:
+    """Refuse to run in a multi-rank job (webdataset's old default nodesplitter)."""
+    _, world, _, _ = distributed.pytorch_worker_info(group=group)
+    if world > 1:
+        raise ValueError("single_node_only: this pipeline runs on one node only, but the job has several ranks")
+    return iter(src)
+
+
+class SimpleShardList(Stage):
+    """The shard list as ``{"url": ...}`` items; with a seed, a new order every epoch."""
+
+    def __init__(self, urls: str | Iterable[str], seed: int | None = None):
+        self.urls = expand_urls(urls)
+        if not self.urls:
+            raise ValueError("SimpleShardList: no shards")
+        self.seed = seed
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return len(self.urls)
+
+    def describe(self) -> str:
+        return f"shardlist(n={len(self.urls)}, hash={rng.derive_seed(chr(10).join(self.urls)):016x}, seed={self.seed})"
+
+    def _items(self, epoch: int) -> Iterator[dict[str, str]]:
+        shuffled = self.seed is not None
+        order = epoch_order(len(self.urls), self.seed if shuffled else 0, epoch, shuffled)
+        return ({"url": self.urls[i]} for i in order)
+
+    def apply(self, upstream: Iterator | None, run: Run, index: int) -> Iterator:
+        return self._items(run.epoch)
+
+    def __iter__(self) -> Iterator[dict[str, str]]:
+        epoch, self.epoch = self.epoch, self.epoch + 1
+        return self._items(epoch)
+
+
+class ResampledShards(Stage):
+    """Shards drawn with replacement, ``nshards`` per epoch, from a per-reader seeded stream.
+
+    webdataset mixes in the time and process id unless ``deterministic=True``; wdsx is always
+    deterministic given ``seed`` (pass a different seed for a different run)."""
+
+    def __init__(
+        self,
+        urls: str | Iterable[str],
+        nshards: int = sys.maxsize,
+        seed: int = 0,
+        worker_seed: Any = None,
+        deterministic: bool = False,
+        max_urls: int = int(1e6),
+        empty_check: bool = True,
+    ):
+        self.urls = expand_urls(urls)[:max_urls]
+        if empty_check and not self.urls:
+            raise ValueError("ResampledShards: no shards")
+        self.nshards = nshards
+        self.seed = seed
+        self.epoch = 0
+
+    def describe(self) -> str:
+        return f"resampled(n={len(self.urls)}, nshards={self.nshards}, seed={self.seed})"
+
+    def _items(self, epoch: int, consumer: int) -> Iterator[dict[str, str]]:
+        stream = rng.derive_seed("resampled-shards", self.seed, epoch, consumer)
+        for draw in range(self.nshards):
+            yield {"url": self.urls[rng.below(stream, draw, len(self.urls))]}
+
+    def apply(self, upstream: Iterator | None, run: Run, index: int) -> Iterator:
+        return self._items(run.epoch, run.topology.consumer)
+
+    def __iter__(self) -> Iterator[dict[str, str]]:
+        epoch, self.epoch = self.epoch, self.epoch + 1
+        return self._items(epoch, distributed.current().consumer)
+
+
+ResampledShardList = ResampledShards
+
+
+def non_empty(src: Iterable) -> Iterator:
+    """Pass items through; raise if there were none."""
+    count = 0
+    for item in src:
+        count += 1
+        yield item
+    if count == 0:
+        raise ValueError("pipeline stage received no data at all")
+
+
+def shardspec(spec: str) -> SimpleShardList:
+    """A shard list from a pattern (YAML specs are not supported)."""
+    if spec.endswith((".yaml", ".yml")):
+        raise ValueError(f"{spec}: YAML shard specs are not supported by wdsx")
+    return SimpleShardList(spec)
