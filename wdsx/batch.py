@@ -51,14 +51,18 @@ def _check_shapes(values: list) -> None:
         raise ValueError(f"cannot stack values of different shapes {sorted(shapes)} into a batch")
 
 
-def default_collation_fn(samples: Sequence[Any], combine_tensors: bool = True, combine_scalars: bool = True) -> Any:
+def default_collation_fn(
+    samples: Sequence[Any], combine_tensors: bool = True, combine_scalars: bool = True
+) -> Any:
     """Collate tuples (into a tuple of columns) or dicts (into a dict of columns)."""
     first = samples[0]
     if isinstance(first, dict):
         keys = set(first)
         for sample in samples[1:]:
             if set(sample) != keys:
-                raise ValueError(f"samples in a batch have different fields: {sorted(keys)} vs {sorted(sample)}")
+                raise ValueError(
+                    f"samples in a batch have different fields: {sorted(keys)} vs {sorted(sample)}"
+                )
         return {key: _combine([s[key] for s in samples], combine_tensors, combine_scalars) for key in first}
     columns = zip(*samples)
     return tuple(_combine(list(column), combine_tensors, combine_scalars) for column in columns)
@@ -74,7 +78,9 @@ def collate_torch(samples: Sequence[Any]) -> Any:
 class Batched(Stage):
     """Group ``batchsize`` consecutive items and collate them (None: emit plain lists)."""
 
-    def __init__(self, batchsize: int, collation_fn: Callable | None = default_collation_fn, partial: bool = True):
+    def __init__(
+        self, batchsize: int, collation_fn: Callable | None = default_collation_fn, partial: bool = True
+    ):
         if batchsize < 1:
             raise ValueError(f"batch size must be positive, got {batchsize}")
         self.batchsize = batchsize
@@ -112,7 +118,9 @@ class Batched(Stage):
         buffer.items, buffer.positions = [], []
 
 
-def batched(batchsize: int = 20, collation_fn: Callable | None = default_collation_fn, partial: bool = True) -> Batched:
+def batched(
+    batchsize: int = 20, collation_fn: Callable | None = default_collation_fn, partial: bool = True
+) -> Batched:
     """Batches of ``batchsize`` items; ``partial=False`` drops a short last batch."""
     return Batched(batchsize, collation_fn, partial)
 

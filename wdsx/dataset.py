@@ -166,7 +166,12 @@ class WebDataset(DataPipeline):
         """Make sure a multi-rank job can give every rank the same number of batches: that
         needs per-shard sample counts, unless the epoch length is set explicitly (``endless``)."""
         reader = self.reader
-        if topology.world_size <= 1 or not reader.split_ranks or reader.resampled or reader.counts is not None:
+        if (
+            topology.world_size <= 1
+            or not reader.split_ranks
+            or reader.resampled
+            or reader.counts is not None
+        ):
             return
         if endless or self.nsamples > 0:
             return

@@ -205,7 +205,8 @@ class ImageHandler:
 
             if array.ndim == 3:
                 array = array.transpose(2, 0, 1)
-            return torch.from_numpy(np.ascontiguousarray(array))
+            array = np.ascontiguousarray(array)
+            return torch.from_numpy(array if array.flags.writeable else array.copy())
         return array
 
 

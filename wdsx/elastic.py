@@ -23,10 +23,14 @@ def _reader_index(stages: Sequence[Stage]) -> int:
     for index, stage in enumerate(stages):
         if isinstance(stage, ShardReader):
             return index
-    raise StateError("elastic resume needs a WebDataset (a pipeline whose first stage is wdsx's shard reader)")
+    raise StateError(
+        "elastic resume needs a WebDataset (a pipeline whose first stage is wdsx's shard reader)"
+    )
 
 
-def buffered_positions(state: dict, reader: ShardReader, skip: int | None = None) -> list[tuple[list[int], bool]]:
+def buffered_positions(
+    state: dict, reader: ShardReader, skip: int | None = None
+) -> list[tuple[list[int], bool]]:
     """Samples held in the buffers of a pipeline state, as ``([shard, offset, ordinal], pad)``."""
     table = PositionTable(state.get("urls", []))
     shard_of = {url: i for i, url in enumerate(reader.urls)}
@@ -37,7 +41,9 @@ def buffered_positions(state: dict, reader: ShardReader, skip: int | None = None
         if isinstance(stage_state, dict) and "positions" in stage_state:
             for position in table.decode(stage_state["positions"]):
                 if position[0] not in shard_of:
-                    raise StateError(f"checkpoint holds a sample of {position[0]}, which is not in the shard list")
+                    raise StateError(
+                        f"checkpoint holds a sample of {position[0]}, which is not in the shard list"
+                    )
                 pad = len(position) > 3 and bool(position[3])
                 leftovers.append(([shard_of[position[0]], position[1], position[2]], pad))
     return leftovers
@@ -100,7 +106,9 @@ def redeal(
     return [_fresh_state(first, index, consumer, new_consumers, plan) for consumer, plan in enumerate(plans)]
 
 
-def _fresh_state(template: dict, index: int, consumer: int, consumers: int, plan: planning.ConsumerPlan) -> dict:
+def _fresh_state(
+    template: dict, index: int, consumer: int, consumers: int, plan: planning.ConsumerPlan
+) -> dict:
     first = plan.spans[0] if plan.spans else planning.Span(0, 0, 0)
     progress: dict[str, Any] = {
         "span": 0,

@@ -46,7 +46,9 @@ class SourceError(WdsxError, OSError):
 class DecodingError(WdsxError, ValueError):
     """A field of a sample failed to decode; names the shard, the sample key and the field."""
 
-    def __init__(self, url: Any = None, key: Any = None, k: Any = None, sample: Any = None, cause: Any = None):
+    def __init__(
+        self, url: Any = None, key: Any = None, k: Any = None, sample: Any = None, cause: Any = None
+    ):
         self.url = url
         self.key = key
         self.k = k

@@ -22,7 +22,9 @@ class FluidInterface:
     def compose(self, *args: Any) -> Any:  # pragma: no cover - provided by the pipeline
         raise NotImplementedError
 
-    def batched(self, batchsize: int, collation_fn: Callable | None = batch.default_collation_fn, partial: bool = True) -> Any:
+    def batched(
+        self, batchsize: int, collation_fn: Callable | None = batch.default_collation_fn, partial: bool = True
+    ) -> Any:
         return self.compose(batch.batched(batchsize, collation_fn, partial))
 
     def unbatched(self) -> Any:
@@ -46,8 +48,18 @@ class FluidInterface:
     def map(self, f: Callable, handler: Handler = reraise_exception) -> Any:
         return self.compose(stages.map(f, handler=handler))
 
-    def decode(self, *args: Any, pre: Any = None, post: Any = None, only: Any = None, partial: bool = False, handler: Handler = reraise_exception) -> Any:
-        return self.compose(stages.decode(*args, pre=pre, post=post, only=only, partial=partial, handler=handler))
+    def decode(
+        self,
+        *args: Any,
+        pre: Any = None,
+        post: Any = None,
+        only: Any = None,
+        partial: bool = False,
+        handler: Handler = reraise_exception,
+    ) -> Any:
+        return self.compose(
+            stages.decode(*args, pre=pre, post=post, only=only, partial=partial, handler=handler)
+        )
 
     def map_dict(self, handler: Handler = reraise_exception, **kw: Callable) -> Any:
         return self.compose(stages.map_dict(handler=handler, **kw))

@@ -23,7 +23,6 @@ from typing import Any
 from . import distributed, elastic
 from .errors import StateError
 from .pipeline import DataPipeline, register_with_torch
-from .reader import batch_hint
 from .stage import Run, Stage
 from .state import FORMAT, VERSION
 
@@ -39,7 +38,15 @@ class _WorkerStream:
     """The dataset DataLoader workers iterate: sets up each worker's identity and starting
     state, then yields ``(item, position)`` pairs."""
 
-    def __init__(self, dataset: DataPipeline, epoch: int, world: tuple[int, int], workers: int, consumers: list[int], starts: list[dict | None]):
+    def __init__(
+        self,
+        dataset: DataPipeline,
+        epoch: int,
+        world: tuple[int, int],
+        workers: int,
+        consumers: list[int],
+        starts: list[dict | None],
+    ):
         self.dataset = dataset
         self.epoch = epoch
         self.world = world
@@ -260,7 +267,9 @@ class WebLoader(DataPipeline):
                 state = ranks[rank]
             else:
                 state = self._redealt(ranks, rank, world)
-        elif "0" in state.get("stages", {}) and (_workers_of(state) != self.slots or _world_of(state) != world):
+        elif "0" in state.get("stages", {}) and (
+            _workers_of(state) != self.slots or _world_of(state) != world
+        ):
             if _world_of(state) != world:
                 raise StateError(
                     f"this loader state was saved by rank {_loader_progress(state)['rank']} of "
@@ -285,8 +294,16 @@ class WebLoader(DataPipeline):
             main_leftovers.extend(self._main_leftovers(rank_state))
         old_world = _world_of(rank_states[0])
         consumers = world * self.slots
-        log.info("re-dealing a checkpoint of %d readers to %d readers (%d ranks x %d)", len(readers), consumers, world, self.slots)
-        new_states = elastic.redeal(readers, main_leftovers, self.dataset.pipeline, old_world, consumers, world)
+        log.info(
+            "re-dealing a checkpoint of %d readers to %d readers (%d ranks x %d)",
+            len(readers),
+            consumers,
+            world,
+            self.slots,
+        )
+        new_states = elastic.redeal(
+            readers, main_leftovers, self.dataset.pipeline, old_world, consumers, world
+        )
         mine = new_states[rank * self.slots : (rank + 1) * self.slots]
         template = rank_states[0]
         loader_progress = {
@@ -298,7 +315,13 @@ class WebLoader(DataPipeline):
             "next": 0,
             "complete": False,
         }
-        return {**template, "topology": [rank, world], "stages": {"0": loader_progress}, "urls": [], "nominal": 0}
+        return {
+            **template,
+            "topology": [rank, world],
+            "stages": {"0": loader_progress},
+            "urls": [],
+            "nominal": 0,
+        }
 
     def _fresh_reader_state(self, rank_state: dict, consumer: int, progress: dict) -> dict:
         """The state of a reader that had not delivered anything yet in this epoch."""

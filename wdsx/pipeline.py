@@ -90,12 +90,20 @@ class _Stream:
     def state(self) -> dict:
         """Epoch and stage states at the point between the last item yielded and the next."""
         if not self.started and self.start is not None:
-            return {"epoch": self.start["epoch"], "stages": self.start.get("stages", {}), "nominal": self.nominal}
+            return {
+                "epoch": self.start["epoch"],
+                "stages": self.start.get("stages", {}),
+                "nominal": self.nominal,
+            }
         stages = {}
         if self.run is not None:
             for index, holder in sorted(self.run.states.items()):
                 stages[str(index)] = holder.snapshot(self.table)
-        return {"epoch": self.run.epoch if self.run else self.epoch, "stages": stages, "nominal": self.nominal}
+        return {
+            "epoch": self.run.epoch if self.run else self.epoch,
+            "stages": stages,
+            "nominal": self.nominal,
+        }
 
 
 class DataPipeline(FluidInterface):
@@ -150,7 +158,9 @@ class DataPipeline(FluidInterface):
         """Give the pipeline a ``len()`` (for frameworks that insist); it does not change how
         many items an epoch yields. Unlike webdataset's, the result stays picklable."""
         if not silent:
-            warnings.warn(".with_length() only sets __len__; it does not change the epoch's length", stacklevel=2)
+            warnings.warn(
+                ".with_length() only sets __len__; it does not change the epoch's length", stacklevel=2
+            )
         self.size = n
         return self
 
@@ -222,7 +232,8 @@ class DataPipeline(FluidInterface):
             if saved != (topology.consumer, topology.consumers):
                 raise StateError(
                     f"checkpoint belongs to reader {saved[0]} of {saved[1]}, but this is reader "
-                    f"{topology.consumer} of {topology.consumers} (rank {topology.rank}/{topology.world_size}, "
+                    f"{topology.consumer} of {topology.consumers} "
+                    f"(rank {topology.rank}/{topology.world_size}, "
                     f"worker {topology.worker}/{topology.num_workers}); resume through WebLoader, which "
                     "re-deals checkpoints across a different number of ranks or workers"
                 )
@@ -294,7 +305,9 @@ class DataPipeline(FluidInterface):
             message = "checkpoint does not match this pipeline: " + "; ".join(problems)
             if strict:
                 raise StateError(message)
-            warnings.warn(message + " (strict=False: resuming anyway with the checkpoint's seed)", stacklevel=2)
+            warnings.warn(
+                message + " (strict=False: resuming anyway with the checkpoint's seed)", stacklevel=2
+            )
             self.seed = state["seed"]
         self._pending = dict(state)
         self._live = None

@@ -245,7 +245,9 @@ def _merge(spans: list[Span]) -> list[Span]:
         if merged:
             prev = merged[-1]
             if prev.pad == span.pad and (prev.end, prev.end_ordinal) == (span.start, span.start_ordinal):
-                merged[-1] = Span(prev.start, prev.start_ordinal, span.end, span.end_ordinal, prev.offset, prev.pad)
+                merged[-1] = Span(
+                    prev.start, prev.start_ordinal, span.end, span.end_ordinal, prev.offset, prev.pad
+                )
                 continue
         merged.append(span)
     return merged

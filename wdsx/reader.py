@@ -167,7 +167,18 @@ def read_positions(positions: Sequence[tuple], settings: ReadSettings) -> list[d
 class _Progress:
     """A reading stage's cursor, as a checkpoint sees it."""
 
-    __slots__ = ("plan", "explicit", "restored", "span", "pos", "cursor", "leftover", "draws", "taken", "done")
+    __slots__ = (
+        "plan",
+        "explicit",
+        "restored",
+        "span",
+        "pos",
+        "cursor",
+        "leftover",
+        "draws",
+        "taken",
+        "done",
+    )
 
     def __init__(self) -> None:
         self.plan: planning.ConsumerPlan | None = None
@@ -286,7 +297,9 @@ class ShardReader(Stage):
             return order, planning.ConsumerPlan([planning.Span(0, 0, len(order), 0, 0)])
         order = planning.epoch_order(len(self.urls), run.seed, run.epoch, self.shuffle)
         me, consumers = self.consumers(run)
-        plan = self.plan_consumer(order, me, consumers, batch_hint(run.stages, index), run.topology.world_size)
+        plan = self.plan_consumer(
+            order, me, consumers, batch_hint(run.stages, index), run.topology.world_size
+        )
         return order, plan
 
     def plan_consumer(

@@ -56,7 +56,9 @@ def expand_urls(urls: str | Iterable[str]) -> list[str]:
 
 def _listed(url: str) -> list[str]:
     """A URL, or the shards a glob or an ``s3://.../`` prefix names."""
-    if url.startswith("pipe:") or not (_GLOB_CHARS.search(url) or (url.startswith("s3://") and url.endswith("/"))):
+    if url.startswith("pipe:") or not (
+        _GLOB_CHARS.search(url) or (url.startswith("s3://") and url.endswith("/"))
+    ):
         return [url]
     from .sources import list_shards
 
@@ -85,7 +87,9 @@ def single_node_only(src: Iterable, group: Any = None) -> Iterator:
     """Refuse to run in a multi-rank job (webdataset's old default nodesplitter)."""
     _, world, _, _ = distributed.pytorch_worker_info(group=group)
     if world > 1:
-        raise ValueError("single_node_only: this pipeline runs on one node only, but the job has several ranks")
+        raise ValueError(
+            "single_node_only: this pipeline runs on one node only, but the job has several ranks"
+        )
     return iter(src)
 
 
@@ -103,7 +107,8 @@ class SimpleShardList(Stage):
         return len(self.urls)
 
     def describe(self) -> str:
-        return f"shardlist(n={len(self.urls)}, hash={rng.derive_seed(chr(10).join(self.urls)):016x}, seed={self.seed})"
+        digest = rng.derive_seed("\n".join(self.urls))
+        return f"shardlist(n={len(self.urls)}, hash={digest:016x}, seed={self.seed})"
 
     def _items(self, epoch: int) -> Iterator[dict[str, str]]:
         shuffled = self.seed is not None

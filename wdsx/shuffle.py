@@ -19,7 +19,13 @@ from .stage import Run, Stage
 class Shuffle(Stage):
     """Shuffle through a buffer of ``bufsize`` items, emitting once ``initial`` are held."""
 
-    def __init__(self, bufsize: int = 1000, initial: int = 100, rng: random.Random | None = None, seed: int | None = None):
+    def __init__(
+        self,
+        bufsize: int = 1000,
+        initial: int = 100,
+        rng: random.Random | None = None,
+        seed: int | None = None,
+    ):
         self.bufsize = bufsize
         self.initial = min(initial, bufsize)
         self.rng = rng
@@ -70,7 +76,13 @@ class Shuffle(Stage):
             yield item
 
 
-def shuffle(bufsize: int = 1000, initial: int = 100, rng: random.Random | None = None, seed: int | None = None, **_: object) -> Shuffle:
+def shuffle(
+    bufsize: int = 1000,
+    initial: int = 100,
+    rng: random.Random | None = None,
+    seed: int | None = None,
+    **_: object,
+) -> Shuffle:
     """Buffer-shuffle the stream (deterministic given the pipeline seed and epoch)."""
     return Shuffle(bufsize, initial, rng, seed)
 

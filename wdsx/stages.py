@@ -8,6 +8,7 @@ of ``map`` drop the item, as in webdataset.
 
 from __future__ import annotations
 
+import builtins
 import fnmatch
 import re
 import sys
@@ -82,7 +83,9 @@ def map_dict(handler: Handler = reraise_exception, **fields: Callable[[Any], Any
             sample[key] = f(sample[key])
         return sample
 
-    return Transform(apply_fields, f"map_dict({', '.join(f'{k}={_name(f)}' for k, f in fields.items())})", handler)
+    return Transform(
+        apply_fields, f"map_dict({', '.join(f'{k}={_name(f)}' for k, f in fields.items())})", handler
+    )
 
 
 def map_tuple(*fns: Callable[[Any], Any] | None, handler: Handler = reraise_exception) -> Transform:
@@ -107,7 +110,10 @@ def getfirst(sample: dict, keys: str | list[str], default: Any = None, missing_i
 
 
 def to_tuple(
-    *fields: str, handler: Handler = reraise_exception, missing_is_error: bool = True, none_is_error: bool | None = None
+    *fields: str,
+    handler: Handler = reraise_exception,
+    missing_is_error: bool = True,
+    none_is_error: bool | None = None,
 ) -> Transform:
     """Turn dict samples into tuples of the named fields; ``"jpg;png"`` takes the first present."""
     if len(fields) == 1 and isinstance(fields[0], str) and " " in fields[0]:
@@ -131,7 +137,9 @@ def rename(handler: Handler = reraise_exception, keep: bool = True, **names: str
     def apply_names(sample: dict) -> dict:
         if not keep:
             return {new: getfirst(sample, old) for new, old in names.items()}
-        replaced = {old for spec in names.values() for old in (spec.split(";") if isinstance(spec, str) else spec)}
+        replaced = {
+            old for spec in names.values() for old in (spec.split(";") if isinstance(spec, str) else spec)
+        }
         result = {key: value for key, value in sample.items() if key not in replaced}
         result.update({new: getfirst(sample, old) for new, old in names.items()})
         return result
@@ -142,7 +150,9 @@ def rename(handler: Handler = reraise_exception, keep: bool = True, **names: str
 def decode(*handlers: Any, handler: Handler = reraise_exception, **options: Any) -> Transform:
     """Decode fields by extension; strings are image specs (``"rgb8"``, ``"pil"``...)."""
     decoder = Decoder([ImageHandler(h) if isinstance(h, str) else h for h in handlers], **options)
-    return Transform(decoder, f"decode({', '.join(h if isinstance(h, str) else _name(h) for h in handlers)})", handler)
+    return Transform(
+        decoder, f"decode({', '.join(h if isinstance(h, str) else _name(h) for h in handlers)})", handler
+    )
 
 
 def rename_keys(
@@ -223,7 +233,10 @@ default_decoders = [("*.bin", _decode_bytes), ("*.txt", _decode_text), ("*.pyd",
 
 
 def xdecode(
-    *pairs: tuple[str, Callable], must_decode: bool = True, defaults: list = default_decoders, **by_ext: Callable
+    *pairs: tuple[str, Callable],
+    must_decode: bool = True,
+    defaults: list = default_decoders,
+    **by_ext: Callable,
 ) -> Transform:
     """Decode fields with stream functions chosen by glob pattern; the last match wins."""
     import io
@@ -238,7 +251,11 @@ def xdecode(
                 continue
             name = path.rsplit("/", 1)[-1].lower()
             decoder = next(
-                (f for pattern, f in reversed(decoders) if fnmatch.fnmatch(name, pattern) or fnmatch.fnmatch("." + name, pattern)),
+                (
+                    f
+                    for pattern, f in reversed(decoders)
+                    if fnmatch.fnmatch(name, pattern) or fnmatch.fnmatch("." + name, pattern)
+                ),
                 None,
             )
             if decoder is None:
@@ -301,7 +318,7 @@ class Slice(Stage):
     """``itertools.islice`` over the stream, with the count kept in checkpoints."""
 
     def __init__(self, *args: int | None):
-        bounds = slice(*args)
+        bounds = builtins.slice(*args)
         self.start, self.stop, self.step = bounds.start or 0, bounds.stop, bounds.step or 1
 
     def apply(self, upstream: Iterator | None, run: Run, index: int) -> Iterator:
@@ -389,7 +406,15 @@ def log_keys(logfile: str | None = None) -> LogKeys:
 class Info(Stage):
     """Print the first ``n`` items (and every ``every``-th) to ``stream``, passing all through."""
 
-    def __init__(self, fmt: str | None = None, n: int = 3, every: int = -1, width: int = 50, stream: Any = None, name: str = ""):
+    def __init__(
+        self,
+        fmt: str | None = None,
+        n: int = 3,
+        every: int = -1,
+        width: int = 50,
+        stream: Any = None,
+        name: str = "",
+    ):
         self.fmt, self.n, self.every, self.width, self.stream, self.name = fmt, n, every, width, stream, name
 
     def apply(self, upstream: Iterator | None, run: Run, index: int) -> Iterator:
@@ -401,7 +426,9 @@ class Info(Stage):
             yield item
 
 
-def info(fmt: str | None = None, n: int = 3, every: int = -1, width: int = 50, stream: Any = None, name: str = "") -> Info:
+def info(
+    fmt: str | None = None, n: int = 3, every: int = -1, width: int = 50, stream: Any = None, name: str = ""
+) -> Info:
     return Info(fmt, n, every, width, stream, name)
 
 

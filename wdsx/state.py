@@ -49,7 +49,9 @@ class PositionTable:
         positions = []
         for row in rows:
             url = self.urls[row[0]]
-            positions.append((url, row[1], row[2], True) if len(row) > 3 and row[3] else (url, row[1], row[2]))
+            positions.append(
+                (url, row[1], row[2], True) if len(row) > 3 and row[3] else (url, row[1], row[2])
+            )
         return positions
 
 
@@ -59,7 +61,9 @@ def check_format(state: Any, expected: str = FORMAT) -> None:
         found = state.get("format") if isinstance(state, dict) else type(state).__name__
         raise StateError(f"not a {expected} checkpoint (found {found!r})")
     if state.get("version") != VERSION:
-        raise StateError(f"{expected} version {state.get('version')} cannot be read by this wdsx (reads {VERSION})")
+        raise StateError(
+            f"{expected} version {state.get('version')} cannot be read by this wdsx (reads {VERSION})"
+        )
 
 
 def fingerprint_differences(saved: dict, current: dict) -> list[str]:

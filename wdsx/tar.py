@@ -145,7 +145,9 @@ def iter_members(
             try:
                 stored, size = _number(header[148:156]), _number(header[124:136])
             except ValueError:
-                raise ShardError(url, offset, "invalid tar header (not a number)", _safe_name(header)) from None
+                raise ShardError(
+                    url, offset, "invalid tar header (not a number)", _safe_name(header)
+                ) from None
             field_sum = sum(header[148:156])
         claimed = stored + field_sum - 256
         if claimed != low - 1 and claimed != low - 1 + _ADLER_MOD and not _checksum_ok(header, stored):

@@ -50,12 +50,16 @@ class _SinkFile(io.RawIOBase):
         super().close()
 
 
-def gopen(url: str, mode: str = "rb", bufsize: int = 8192, options: SourceOptions | None = None, **_: object) -> IO[bytes]:
+def gopen(
+    url: str, mode: str = "rb", bufsize: int = 8192, options: SourceOptions | None = None, **_: object
+) -> IO[bytes]:
     """Open ``url`` for reading (``"rb"``) or writing (``"wb"``); ``"-"`` is stdin/stdout."""
     if mode not in ("rb", "wb"):
         raise ValueError(f"gopen: mode must be 'rb' or 'wb', got {mode!r}")
     if url == "-":
         return sys.stdin.buffer if mode == "rb" else sys.stdout.buffer
     if mode == "rb":
-        return io.BufferedReader(_SourceFile(open_source(url, 0, options)), max(bufsize, io.DEFAULT_BUFFER_SIZE))
+        return io.BufferedReader(
+            _SourceFile(open_source(url, 0, options)), max(bufsize, io.DEFAULT_BUFFER_SIZE)
+        )
     return io.BufferedWriter(_SinkFile(open_sink(url, options)), max(bufsize, io.DEFAULT_BUFFER_SIZE))
