@@ -109,6 +109,9 @@ def read_piece(
         if offset is None:
             cursor.offset, cursor.ordinal = 0, 0
         members = iter_members(stream.read, url, offset or 0, settings.options.chunk)
+        failure: list[Exception] = []
+        if settings.handler is not reraise_exception:
+            members = _until_error(members, failure)
         samples = group_members(
             members,
             url,
@@ -124,8 +127,19 @@ def read_piece(
                     yield sample
         else:
             yield from samples
+        if failure:
+            raise failure[0]
     finally:
         stream.close()
+
+
+def _until_error(members: Iterator, failure: list[Exception]) -> Iterator:
+    """Pass members through; on a read error, end the stream and keep the error, so that the
+    sample being grouped is still delivered before the error reaches a continuing handler."""
+    try:
+        yield from members
+    except Exception as exn:
+        failure.append(exn)
 
 
 def _locate(url: str, ordinal: int, settings: ReadSettings) -> int | None:

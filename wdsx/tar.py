@@ -113,13 +113,14 @@ def iter_members(
     pax: dict[str, str] = {}
     global_size: int | None = None
     entry: int | None = None  # offset of a pending pax / long-name header
+    header, offset = b"", start
     while True:
         end = pos + BLOCK
         if end > len(buf):
             if pos > len(buf):  # the padding of the last member lies beyond the buffer
                 skip = pos - len(buf)
                 if len(_read_exact(read, skip)) < skip:
-                    raise ShardError(url, base + len(buf), "stream ends inside a member's padding")
+                    raise ShardError(url, offset, "stream ends inside a member's padding", _safe_name(header))
                 base += pos
                 buf, pos = b"", 0
             buf = buf[pos:] + _read_exact(read, max(chunk, BLOCK))

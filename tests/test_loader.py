@@ -1,0 +1,98 @@
+"""WebLoader and torchdata's StatefulDataLoader: exact resume, and re-dealing to a different
+number of workers (every remaining sample of the epoch read exactly once)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+import wdsx
+
+
+def dataset(urls, bufsize=10, batch=4, shardshuffle=True):
+    return (
+        wdsx.WebDataset(urls, shardshuffle=shardshuffle, manifest=False)
+        .shuffle(bufsize)
+        .to_tuple("__key__", "cls")
+        .batched(batch)
+    )
+
+
+def keys(batches) -> list[str]:
+    return [key for batch in batches for key in batch[0]]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_stateful_dataloader_resumes_exactly(uneven_shards, workers):
+    def loader():
+        return StatefulDataLoader(dataset(uneven_shards.urls), batch_size=None, num_workers=workers)
+
+    full = [list(b[0]) for b in loader()]
+    first = loader()
+    iterator = iter(first)
+    before = [list(next(iterator)[0]) for _ in range(len(full) // 2)]
+    state = first.state_dict()
+    del iterator, first
+    second = loader()
+    second.load_state_dict(state)
+    after = [list(b[0]) for b in second]
+    assert before + after == full
+
+
+@pytest.mark.parametrize(("old", "new"), [(2, 3), (3, 1), (2, 0), (0, 2), (1, 3)])
+@pytest.mark.parametrize("main_shuffle", [False, True])
+def test_changing_the_number_of_workers_reads_the_rest_exactly_once(uneven_shards, old, new, main_shuffle):
+    def loader(workers):
+        result = wdsx.WebLoader(dataset(uneven_shards.urls), batch_size=None, num_workers=workers)
+        return result.unbatched().shuffle(20).batched(5) if main_shuffle else result
+
+    first = loader(old)
+    iterator = iter(first)
+    before = keys(next(iterator) for _ in range(9))
+    state = json.loads(json.dumps(first.state_dict()))
+    del iterator
+    first.close()
+    second = loader(new)
+    second.load_state_dict(state)
+    after = keys(second)
+    assert Counter(before + after) == Counter(uneven_shards.keys)
+
+
+def test_pipeline_state_refuses_another_reader(uneven_shards):
+    """A reader's own state cannot silently start another reader's share."""
+    first = wdsx.WebLoader(dataset(uneven_shards.urls), batch_size=None, num_workers=2)
+    iterator = iter(first)
+    next(iterator)
+    worker_state = first.state_dict()["stages"]["0"]["states"][0]
+    del iterator
+    first.close()
+    plain = dataset(uneven_shards.urls)
+    plain.load_state_dict(worker_state)
+    with pytest.raises(wdsx.StateError, match="reader"):
+        next(iter(plain))
+
+
+def test_webloader_len_and_epochs(uneven_shards):
+    loader = wdsx.WebLoader(dataset(uneven_shards.urls, shardshuffle=True), batch_size=None, num_workers=2)
+    epoch0, epoch1 = keys(loader), keys(loader)
+    assert sorted(epoch0) == sorted(epoch1) == sorted(uneven_shards.keys)
+    assert epoch0 != epoch1  # a new shard order every epoch, workers included
+
+
+def test_with_epoch_on_the_loader_continues_the_stream(uneven_shards):
+    def loader():
+        return wdsx.WebLoader(
+            dataset(uneven_shards.urls, bufsize=0, batch=10), batch_size=None, num_workers=2
+        )
+
+    plain = loader()
+    data_epochs = [[list(b[0]) for b in plain] for _ in range(3)]
+    nominal_loader = loader().with_epoch(7)
+    nominal = [[list(b[0]) for b in nominal_loader] for _ in range(8)]
+    assert [len(epoch) for epoch in nominal] == [7] * 8
+    stream = [batch for epoch in nominal for batch in epoch]
+    expected = [batch for epoch in data_epochs for batch in epoch]
+    assert stream == expected[: len(stream)]  # one continuous stream through the data epochs
