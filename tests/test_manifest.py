@@ -1,0 +1,170 @@
+"""Manifests: naming, lookups, merging, and header-scan counts against webdataset's grouping."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from webdataset import tariterators
+
+from wdsx.cli import main
+from wdsx.errors import ShardError
+from wdsx.manifest import (
+    Manifest,
+    ShardEntry,
+    build_manifest,
+    manifest_url_for_pattern,
+    manifest_url_for_shard,
+    scan_counts,
+)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "expected"),
+    [
+        ("out/train-%06d.tar", "out/train.manifest.json"),
+        ("s3://b/p/%05d.tar", "s3://b/p/manifest.json"),
+        ("/abs/imagenet_val.%04d.tar.gz", "/abs/imagenet_val.manifest.json"),
+        ("shard-%d.tar", "shard.manifest.json"),
+        ("a.b/c_-%03d.tgz", "a.b/c.manifest.json"),
+    ],
+)
+def test_manifest_url_for_pattern(pattern, expected):
+    assert manifest_url_for_pattern(pattern) == expected
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("out/train-000003.tar", "out/train.manifest.json"),
+        ("s3://b/p/00005.tar", "s3://b/p/manifest.json"),
+        ("/abs/imagenet_val.0001.tar.gz", "/abs/imagenet_val.manifest.json"),
+        ("x/data-7.tgz", "x/data.manifest.json"),
+        ("shard-12.tar", "shard.manifest.json"),
+    ],
+)
+def test_manifest_url_for_shard(url, expected):
+    assert manifest_url_for_shard(url) == expected
+
+
+def test_pattern_and_shard_names_agree():
+    for pattern in ("out/train-%06d.tar", "s3://b/p/%05d.tar", "d/x_%d.tar.gz"):
+        assert manifest_url_for_shard(pattern % 12) == manifest_url_for_pattern(pattern)
+
+
+def _manifest() -> Manifest:
+    shards = [ShardEntry("s-10.tar", 3, 100, "aa"), ShardEntry("s-2.tar", 5, 200, None)]
+    return Manifest(shards, {"classes": ["cat", "dog"]})
+
+
+def test_lookups_by_basename():
+    manifest = _manifest()
+    assert manifest.counts_for(["/x/s-2.tar", "s3://b/s-10.tar"]) == [5, 3]
+    assert manifest.counts_for(["s-2.tar", "s-3.tar"]) is None
+    assert manifest.sha256_for("any/where/s-10.tar") == "aa"
+    assert manifest.sha256_for("s-2.tar") is None
+    assert manifest.total_samples == 8
+
+
+def test_json_round_trip_and_validation():
+    manifest = _manifest()
+    assert Manifest.from_json(manifest.to_json()) == manifest
+    with pytest.raises(ValueError, match="not a wdsx manifest"):
+        Manifest.from_json('{"shards": []}')
+    with pytest.raises(ValueError, match="version"):
+        Manifest.from_json('{"format": "wdsx-manifest", "version": 99, "shards": []}')
+    with pytest.raises(ValueError, match="total_samples"):
+        Manifest.from_json('{"format": "wdsx-manifest", "version": 1, "total_samples": 2, "shards": []}')
+
+
+def test_load_and_write(tmp_path):
+    url = str(tmp_path / "sub" / "d.manifest.json")
+    assert Manifest.load(url) is None
+    _manifest().write(url)
+    assert Manifest.load(url) == _manifest()
+    assert [p.name for p in (tmp_path / "sub").iterdir()] == ["d.manifest.json"]
+
+
+def test_merge():
+    a = Manifest([ShardEntry("s-10.tar", 1, 10, "x")], {"classes": ["c"]})
+    b = Manifest([ShardEntry("s-2.tar", 2, 20, "y"), ShardEntry("s-10.tar", 1, 10, "x")], {"classes": ["c"]})
+    merged = Manifest.merge([a, b])
+    assert [s.name for s in merged.shards] == ["s-2.tar", "s-10.tar"]
+    assert merged.extra == {"classes": ["c"]}
+    with pytest.raises(ValueError, match="s-10.tar"):
+        Manifest.merge([a, Manifest([ShardEntry("s-10.tar", 9, 10, "x")])])
+    with pytest.raises(ValueError, match="classes"):
+        Manifest.merge([a, Manifest([], {"classes": ["d"]})])
+
+
+# --- counting samples by scanning headers, against webdataset's grouping --------------------
+
+KEYS = ["a", "b", "d/a", "d.x/a", "D/a", "__meta__", "__m__/a", "x/__m__/a", "__k", ".hidden", "a.b"]
+EXTS = ["jpg", "JPG", "txt", "seg.png", "json", None]
+member = st.tuples(st.sampled_from(KEYS), st.sampled_from(EXTS), st.booleans())
+
+
+def _build_tar(members, tar_format: int, compress: bool, long_prefix: bool) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz" if compress else "w", format=tar_format) as tar:
+        for key, ext, as_directory in members:
+            name = key if ext is None else f"{key}.{ext}"
+            if long_prefix:
+                name = "p" * 120 + "/" + name
+            info = tarfile.TarInfo(name)
+            if as_directory:
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            else:
+                info.size = 3
+                tar.addfile(info, io.BytesIO(b"abc"))
+    return out.getvalue()
+
+
+def _webdataset_count(path: str) -> int:
+    with open(path, "rb") as stream:
+        files = tariterators.tar_file_expander([{"url": path, "stream": stream}])
+        return sum(1 for _ in tariterators.group_by_keys(files))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    members=st.lists(member, max_size=12),
+    tar_format=st.sampled_from([tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT]),
+    compress=st.booleans(),
+    long_prefix=st.booleans(),
+)
+def test_scan_counts_groups_like_webdataset(tmp_path, members, tar_format, compress, long_prefix):
+    if long_prefix and tar_format == tarfile.USTAR_FORMAT:
+        tar_format = tarfile.PAX_FORMAT
+    path = str(tmp_path / "t.tar")
+    with open(path, "wb") as file:
+        file.write(_build_tar(members, tar_format, compress, long_prefix))
+    try:
+        expected = _webdataset_count(path)
+    except ValueError:  # a repeated extension within one sample
+        with pytest.raises((ValueError, ShardError), match="duplicate"):
+            scan_counts(path)
+        return
+    assert scan_counts(path) == expected
+
+
+def test_build_manifest_and_index_command(tmp_path):
+    members = [("a", "jpg", False), ("a", "txt", False), ("b", "jpg", False), ("a", "jpg", False)]
+    for i in range(3):
+        (tmp_path / f"data-{i}.tar").write_bytes(
+            _build_tar(members[: i + 2], tarfile.USTAR_FORMAT, i == 2, False)
+        )
+    urls = [str(tmp_path / f"data-{i}.tar") for i in range(3)]
+    manifest = build_manifest(urls)
+    for url, entry in zip(urls, manifest.shards, strict=True):
+        data = open(url, "rb").read()
+        assert (entry.samples, entry.bytes) == (_webdataset_count(url), len(data))
+        assert entry.sha256 == hashlib.sha256(data).hexdigest()
+    assert main(["index", str(tmp_path / "data-{0..2}.tar")]) == 0
+    assert Manifest.load(str(tmp_path / "data.manifest.json")) == manifest
+    assert main(["index", str(tmp_path / "missing.tar")]) == 1

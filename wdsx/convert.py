@@ -1,0 +1,633 @@
+"""Image folder -> WebDataset shards (``wdsx convert``), reproducible, resumable and parallel.
+
+The source is an ImageFolder tree: one sub-folder per class, images anywhere below it. The
+whole output is decided before any image is read: the sorted file list (optionally shuffled
+with a seed) is cut into shards by webdataset's ``ShardWriter`` rule applied to the files'
+sizes. Each shard is then an independent job, so
+
+- any number of worker processes, and any ``RANK``/``WORLD_SIZE`` split across machines
+  (shard ``i`` belongs to rank ``i % world_size``), writes byte-identical shards;
+- a re-run skips shards already complete: shards are written atomically, and each is followed
+  by a small hidden record (``.<shard>.json``: the plan's fingerprint, its manifest entry, the
+  images it skipped), so "record present and shard size matches" means done;
+- whoever completes the last shard merges the records into the dataset manifest
+  (``<stem>.manifest.json``, with ``classes``) and removes them.
+
+Samples are ``{"__key__": "<class>/<stem>", "<ext>": original bytes, "cls": class index}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import io
+import json
+import multiprocessing
+import os
+import posixpath
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from PIL import Image, ImageOps
+
+from . import rng
+from .errors import WdsxError
+from .manifest import Manifest, ShardEntry, manifest_url_for_pattern, natural_key, read_if_present
+from .sources import SourceOptions, local_path, open_sink
+from .writer import TarWriter, shard_is_full
+
+IMAGE_EXTENSIONS = frozenset("jpg jpeg jpe png webp bmp gif tif tiff ppm pgm pbm".split())
+"""File extensions (any case) taken as images."""
+REENCODE_FORMATS = {"jpg": "JPEG", "png": "PNG", "webp": "WEBP"}
+VERIFY_MODES = ("header", "decode")
+PLAN_VERSION = 1
+"""Bump when the bytes written for the same inputs change, so old shards are not reused."""
+
+_FIELD_FOR_EXT = {"jpeg": "jpg", "jpe": "jpg"}
+_FORMAT_FIELD = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp"}
+
+
+class ConvertError(WdsxError):
+    """The conversion cannot go on (bad source folder, or a bad image with ``strict``)."""
+
+
+@dataclass(frozen=True)
+class ConvertSettings:
+    """Everything that decides the bytes of the output; part of the plan's fingerprint."""
+
+    maxcount: int = 10000
+    """Samples per shard at most."""
+    maxsize: float = 1e9
+    """Payload bytes per shard before a new one starts (counted on the source files' sizes)."""
+    shuffle: bool = False
+    seed: int = 0
+    reencode: str | None = None
+    """``jpg``, ``png`` or ``webp``: re-encode every image. None keeps the original bytes."""
+    quality: int = 95
+    """JPEG/WebP quality when re-encoding."""
+    resize: int | None = None
+    """Shrink images whose shorter side exceeds this to exactly this (aspect kept)."""
+    verify: str = "header"
+    """How kept-as-is images are checked: ``header`` (parse; JPEG must end with its end
+    marker) or ``decode`` (decode the pixels, at 1/8 scale for JPEG)."""
+
+    def __post_init__(self) -> None:
+        if self.reencode is not None and self.reencode not in REENCODE_FORMATS:
+            raise ValueError(f"--reencode must be one of {sorted(REENCODE_FORMATS)}, not {self.reencode!r}")
+        if self.verify not in VERIFY_MODES:
+            raise ValueError(f"--verify must be one of {VERIFY_MODES}, not {self.verify!r}")
+        if self.maxcount < 1 or self.maxsize <= 0:
+            raise ValueError("--maxcount and --maxsize must be positive")
+        if self.resize is not None and self.resize < 1:
+            raise ValueError("--resize must be positive")
+
+
+@dataclass(frozen=True, slots=True)
+class ImageFile:
+    """One source image and the sample it becomes."""
+
+    path: str
+    """Relative to the source folder, with ``/`` separators."""
+    key: str
+    label: int
+    field: str
+    """Extension under which the original bytes are stored (lower case, ``jpeg`` -> ``jpg``)."""
+    size: int
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """One shard to write: everything a worker process needs."""
+
+    url: str
+    record_url: str
+    src: str
+    images: list[ImageFile]
+    settings: ConvertSettings
+    fingerprint: str
+    strict: bool
+    options: SourceOptions | None
+
+
+@dataclass
+class ConvertReport:
+    """What a run did."""
+
+    shards: int
+    """Shards in the whole plan (all ranks)."""
+    written: int = 0
+    """Shards this run wrote."""
+    reused: int = 0
+    """Shards of this rank found complete and left alone."""
+    samples: int = 0
+    """Samples in this rank's shards (written or reused)."""
+    samples_written: int = 0
+    """Samples this run wrote."""
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    """``(path, reason)`` of the images left out of this rank's shards (written or reused)."""
+    manifest_url: str | None = None
+    """The manifest, when this run found every shard complete and wrote (or found) it."""
+    seconds: float = 0.0
+
+
+# --- the source folder ------------------------------------------------------------------------
+
+
+def _escape(stem: str) -> str:
+    """A key part without dots (readers cut keys at the first dot), reversibly: ``%`` -> ``%25``."""
+    return stem.replace("%", "%25").replace(".", "%2E")
+
+
+def _walk(root: str, relative: str) -> list[tuple[str, int]]:
+    """``(relative path, size)`` of every non-hidden file below ``root/relative``."""
+    found = []
+    with os.scandir(os.path.join(root, relative)) as entries:
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            path = f"{relative}/{entry.name}"
+            if entry.is_dir():
+                found += _walk(root, path)
+            elif entry.name.rpartition(".")[2].lower() in IMAGE_EXTENSIONS:
+                found.append((path, entry.stat().st_size))
+    return found
+
+
+def list_images(src: str) -> tuple[list[str], list[ImageFile]]:
+    """The class names (sorted sub-folders) and the images, sorted by path, with their keys.
+
+    Hidden files and folders (``.``-prefixed, e.g. macOS ``._x.jpg`` or
+    ``.ipynb_checkpoints``) are ignored. The key is the path without extension, its last
+    component escaped (``.`` -> ``%2E``); when one folder holds several images with the same
+    stem (``a.jpg``, ``a.png``) their keys keep the escaped extension so they stay distinct.
+    """
+    if not os.path.isdir(src):
+        raise ConvertError(f"{src}: not a directory")
+    classes = sorted(e.name for e in os.scandir(src) if e.is_dir() and not e.name.startswith("."))
+    found = sorted(
+        (path, size, label) for label, name in enumerate(classes) for path, size in _walk(src, name)
+    )
+    stems = Counter(path.rpartition(".")[0] for path, _, _ in found)
+    images = []
+    for path, size, label in found:
+        stem, _, ext = path.rpartition(".")
+        directory, _, base = stem.rpartition("/")
+        base = base if stems[stem] == 1 else f"{base}.{ext}"
+        field_name = _FIELD_FOR_EXT.get(ext.lower(), ext.lower())
+        images.append(ImageFile(path, f"{directory}/{_escape(base)}", label, field_name, size))
+    keys = Counter(image.key for image in images)
+    clashes = [image.path for image in images if keys[image.key] > 1]
+    if clashes:
+        raise ConvertError(f"these images would get the same sample key: {clashes[:4]}; rename them")
+    return classes, images
+
+
+# --- the plan ---------------------------------------------------------------------------------
+
+
+def shard_pattern(dest: str) -> str:
+    """DEST as a shard pattern: kept if it has a ``%`` directive; ``out/train`` -> ``out/train-%06d.tar``."""
+    if "%" in dest:
+        return dest
+    return dest + ("%06d.tar" if dest.endswith("/") else "-%06d.tar")
+
+
+def plan_shards(images: Sequence[ImageFile], settings: ConvertSettings) -> list[list[ImageFile]]:
+    """Cut the images, in output order, into shards as ``ShardWriter`` would cut them.
+
+    A sample's size is its source file's bytes plus the label's; when re-encoding, the output
+    size is unknown until encoded, and the plan must not depend on it (it must be the same in
+    every process), so ``maxsize`` then applies to the source sizes.
+    """
+    order: Sequence[ImageFile] = images
+    if settings.shuffle:
+        permutation = rng.permutation(len(images), rng.derive_seed("wdsx convert", settings.seed))
+        order = [images[i] for i in permutation]
+    shards: list[list[ImageFile]] = []
+    size = 0
+    for image in order:
+        if not shards or shard_is_full(len(shards[-1]), size, settings.maxcount, settings.maxsize):
+            shards.append([])
+            size = 0
+        shards[-1].append(image)
+        size += image.size + len(str(image.label))
+    return shards
+
+
+def fingerprint(
+    classes: Sequence[str], shards: Sequence[Sequence[ImageFile]], settings: ConvertSettings
+) -> str:
+    """A hash of everything the output bytes depend on: settings, classes, files and their sizes."""
+    digest = hashlib.sha256(json.dumps([PLAN_VERSION, asdict(settings), list(classes)]).encode())
+    for number, shard in enumerate(shards):
+        for image in shard:
+            digest.update(f"{number}\t{image.path}\t{image.size}\t{image.label}\n".encode())
+    return digest.hexdigest()
+
+
+def rank_and_world_size(environ: Mapping[str, str] | None = None) -> tuple[int, int]:
+    """This process's rank and the number of ranks: ``RANK``/``WORLD_SIZE`` (torchrun), else
+    ``SLURM_PROCID``/``SLURM_NTASKS``, else 0 of 1."""
+    environ = os.environ if environ is None else environ
+    for rank_var, size_var in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
+        if size_var in environ:
+            return int(environ.get(rank_var, "0")), int(environ[size_var])
+    return 0, 1
+
+
+# --- one shard ----------------------------------------------------------------------------------
+
+
+def check_image(data: bytes, verify: str = "header") -> None:
+    """Raise if ``data`` is not a readable image.
+
+    ``header`` parses the headers (PNG chunks are CRC-checked) and requires a JPEG to end
+    with its end-of-image marker, which catches truncated files at little cost; ``decode``
+    also decodes the pixels (JPEG at 1/8 scale, which still reads every coded block).
+    """
+    with Image.open(io.BytesIO(data)) as image:
+        image_format = image.format or ""
+        if verify == "decode":
+            if image_format == "JPEG":
+                image.draft(image.mode, (max(1, image.width // 8), max(1, image.height // 8)))
+            image.load()
+        else:
+            image.verify()
+    if image_format == "JPEG" and not data.rstrip(b"\0").endswith(b"\xff\xd9"):
+        raise ValueError("truncated JPEG (no end-of-image marker)")
+
+
+def _scaled(width: int, height: int, shorter: int) -> tuple[int, int]:
+    scale = shorter / min(width, height)
+    return max(1, round(width * scale)), max(1, round(height * scale))
+
+
+def _encode(image: Image.Image, field_name: str, quality: int) -> bytes:
+    pil_format = REENCODE_FORMATS[field_name]
+    options: dict[str, object] = {}
+    if pil_format == "JPEG":
+        options["quality"] = quality
+        if image.mode not in ("RGB", "L"):
+            image = image.convert("RGB")
+    elif pil_format == "WEBP":
+        options["quality"] = quality
+        if image.mode not in ("RGB", "RGBA"):
+            has_alpha = "A" in image.mode or "transparency" in image.info
+            image = image.convert("RGBA" if has_alpha else "RGB")
+    elif image.mode == "CMYK":
+        image = image.convert("RGB")
+    out = io.BytesIO()
+    image.save(out, format=pil_format, **options)
+    return out.getvalue()
+
+
+def prepare_image(data: bytes, image_file: ImageFile, settings: ConvertSettings) -> tuple[str, bytes]:
+    """The field name and bytes to store for one image; raises if the image is unreadable.
+
+    Kept as is unless re-encoding is asked for: ``reencode`` re-encodes every image,
+    ``resize`` alone only those larger than the size (in their own format; others as PNG).
+    Re-encoding applies the EXIF orientation, since the EXIF tag is not carried over.
+    """
+    if settings.reencode is None and settings.resize is None:
+        check_image(data, settings.verify)
+        return image_file.field, data
+    with Image.open(io.BytesIO(data)) as image:
+        shrink = settings.resize is not None and min(image.size) > settings.resize
+        if settings.reencode is None and not shrink:
+            check_image(data, settings.verify)
+            return image_file.field, data
+        field_name = settings.reencode or _FORMAT_FIELD.get(image.format or "", "png")
+        if shrink and image.format == "JPEG":
+            image.draft(image.mode, _scaled(*image.size, settings.resize))
+        image.load()
+        upright = ImageOps.exif_transpose(image)
+        if shrink:
+            upright = upright.resize(_scaled(*upright.size, settings.resize), Image.Resampling.LANCZOS)
+        return field_name, _encode(upright, field_name, settings.quality)
+
+
+def _write_json(url: str, value: object, options: SourceOptions | None) -> None:
+    with open_sink(url, options) as sink:
+        sink.write(json.dumps(value).encode("utf-8"))
+
+
+def _read_json(url: str, options: SourceOptions | None) -> dict | None:
+    data = read_if_present(url, options)
+    return None if data is None else json.loads(data)
+
+
+def write_shard(job: ShardJob, progress: Callable[[int], object] = lambda n: None) -> dict:
+    """Write one planned shard, then its completion record; returns the record."""
+    skipped = []
+    with TarWriter(job.url, encoder=False, options=job.options) as writer:
+        for image_file in job.images:
+            try:
+                with open(os.path.join(job.src, image_file.path), "rb") as file:
+                    data = file.read()
+                field_name, payload = prepare_image(data, image_file, job.settings)
+            except Exception as exn:
+                reason = f"{type(exn).__name__}: {exn}"
+                if job.strict:
+                    raise ConvertError(f"{image_file.path}: {reason} (--strict)") from exn
+                skipped.append((image_file.path, reason))
+            else:
+                label = b"%d" % image_file.label
+                writer.write({"__key__": image_file.key, field_name: payload, "cls": label})
+            progress(1)
+    entry = ShardEntry(posixpath.basename(job.url), writer.count, writer.bytes_written, writer.sha256)
+    record = {"fingerprint": job.fingerprint, "shard": asdict(entry), "skipped": skipped}
+    _write_json(job.record_url, record, job.options)
+    return record
+
+
+# --- the run ------------------------------------------------------------------------------------
+
+
+def _record_url(shard_url: str) -> str:
+    directory, _, base = shard_url.rpartition("/")
+    return f"{directory}/.{base}.json" if directory else f".{base}.json"
+
+
+def _is_complete(url: str, entry: dict) -> bool:
+    """A recorded shard still there, at its recorded size (remote shards: the record suffices)."""
+    path = local_path(url)
+    if path is None:
+        return True
+    try:
+        return os.stat(path).st_size == entry["bytes"]
+    except FileNotFoundError:
+        return False
+
+
+def _remove_stale_temps(url: str) -> None:
+    """Delete what killed writers left of a file (local sinks' ``.<name>.*.partial`` files)."""
+    path = local_path(url)
+    if path is not None:
+        directory, base = os.path.split(path)
+        for stale in glob.glob(os.path.join(glob.escape(directory), f".{glob.escape(base)}.*.partial")):
+            os.unlink(stale)
+
+
+def _manifest_records(manifest_url: str, plan_id: str, options: SourceOptions | None) -> dict[str, dict]:
+    """Shard name -> completion record, from the manifest of a finished run of the same plan."""
+    manifest = Manifest.load(manifest_url, options)
+    if manifest is None or manifest.extra.get("convert", {}).get("fingerprint") != plan_id:
+        return {}
+    skipped_by_shard = manifest.extra["convert"].get("skipped_by_shard", {})
+    return {
+        entry.name: {"shard": asdict(entry), "skipped": skipped_by_shard.get(entry.name, [])}
+        for entry in manifest.shards
+    }
+
+
+class _Records:
+    """Completion records of the plan's shards: in the manifest once a run has finished, else in
+    the per-shard record files."""
+
+    def __init__(self, urls: Sequence[str], manifest_url: str, plan_id: str, options: SourceOptions | None):
+        self.urls = urls
+        self.manifest_url = manifest_url
+        self.plan_id = plan_id
+        self.options = options
+        self.from_manifest = _manifest_records(manifest_url, plan_id, options)
+
+    def get(self, number: int) -> dict | None:
+        """The record of shard ``number`` if the shard is complete, else None."""
+        url = self.urls[number]
+        record = self.from_manifest.get(posixpath.basename(url))
+        if record is None:
+            record = _read_json(_record_url(url), self.options)
+            if record is None or record.get("fingerprint") != self.plan_id:
+                return None
+        return record if _is_complete(url, record["shard"]) else None
+
+    def finish(self, classes: Sequence[str]) -> bool:
+        """Write the manifest if every shard is complete; True if the manifest is in place.
+
+        Rank processes write their records before calling this, so the last one to finish
+        sees them all. Two finishing at once write the same bytes; one may find the records
+        already merged and removed by the other, and then finds the manifest instead.
+        """
+        records = [self.get(number) for number in range(len(self.urls))]
+        if any(record is None for record in records):
+            return bool(_manifest_records(self.manifest_url, self.plan_id, self.options))
+        shards = [ShardEntry(**record["shard"]) for record in records]
+        skipped = {
+            shard.name: record["skipped"]
+            for shard, record in zip(shards, records, strict=True)
+            if record["skipped"]
+        }
+        extra = {
+            "classes": list(classes),
+            "convert": {"fingerprint": self.plan_id, "skipped_by_shard": skipped},
+        }
+        Manifest(shards, extra).write(self.manifest_url, self.options)
+        for url in self.urls:
+            path = local_path(_record_url(url))
+            if path is not None and os.path.exists(path):
+                os.unlink(path)
+        return True
+
+
+def _progress_bar(total: int, enabled: bool) -> Any:
+    """A tqdm bar on stderr (rate and ETA), or None when disabled or tqdm is not installed."""
+    if not enabled:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, unit="img", file=sys.stderr, dynamic_ncols=True, smoothing=0.05)
+
+
+_worker_counter = None
+
+
+def _init_worker(counter: object) -> None:
+    global _worker_counter
+    _worker_counter = counter
+
+
+def _count_in_worker(n: int) -> None:
+    with _worker_counter.get_lock():  # type: ignore[union-attr]
+        _worker_counter.value += n  # type: ignore[union-attr]
+
+
+def _job_in_worker(job: ShardJob) -> dict:
+    return write_shard(job, _count_in_worker)
+
+
+def _run_jobs(jobs: list[ShardJob], workers: int, bar: Any) -> list[dict]:
+    """Write the shards, in this process or in ``workers`` processes; returns their records."""
+    update = bar.update if bar is not None else (lambda n: None)
+    if workers <= 1 or len(jobs) <= 1:
+        return [write_shard(job, update) for job in jobs]
+    context = multiprocessing.get_context()
+    counter = context.Value("q", 0)
+    records = []
+    with context.Pool(min(workers, len(jobs)), _init_worker, (counter,)) as pool:
+        results = pool.imap_unordered(_job_in_worker, jobs)
+        shown = 0
+        while len(records) < len(jobs):
+            try:
+                records.append(results.next(timeout=0.2))
+            except multiprocessing.TimeoutError:
+                pass
+            done = counter.value
+            update(done - shown)
+            shown = done
+    return records
+
+
+def convert(
+    src: str,
+    dest: str,
+    settings: ConvertSettings | None = None,
+    *,
+    workers: int = 1,
+    rank: int | None = None,
+    world_size: int | None = None,
+    strict: bool = False,
+    progress: bool = False,
+    options: SourceOptions | None = None,
+) -> ConvertReport:
+    """Convert the image folder ``src`` into shards at ``dest`` (a pattern or a prefix).
+
+    ``rank``/``world_size`` default to the environment (see :func:`rank_and_world_size`).
+    ``strict`` raises :class:`ConvertError` at the first unreadable image instead of skipping it.
+    """
+    started = time.perf_counter()
+    settings = settings or ConvertSettings()
+    if rank is None or world_size is None:
+        rank, world_size = rank_and_world_size()
+    if not 0 <= rank < world_size:
+        raise ConvertError(f"rank {rank} is not in 0..{world_size - 1}")
+    src = os.path.abspath(src)
+    pattern = shard_pattern(dest)
+    classes, images = list_images(src)
+    if not images:
+        raise ConvertError(f"{src}: no images found (expected one sub-folder of images per class)")
+    shards = plan_shards(images, settings)
+    plan_id = fingerprint(classes, shards, settings)
+    urls = [pattern % number for number in range(len(shards))]
+    records = _Records(urls, manifest_url_for_pattern(pattern), plan_id, options)
+    report = ConvertReport(shards=len(shards))
+    complete, jobs = [], []
+    for number in range(rank, len(shards), world_size):
+        record = records.get(number)
+        if record is not None:
+            complete.append(record)
+            continue
+        record_url = _record_url(urls[number])
+        _remove_stale_temps(urls[number])
+        _remove_stale_temps(record_url)
+        jobs.append(
+            ShardJob(urls[number], record_url, src, shards[number], settings, plan_id, strict, options)
+        )
+    bar = _progress_bar(sum(len(job.images) for job in jobs), progress)
+    try:
+        written = _run_jobs(jobs, workers, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    report.written, report.reused = len(written), len(complete)
+    report.samples_written = sum(record["shard"]["samples"] for record in written)
+    for record in sorted(complete + written, key=lambda record: natural_key(record["shard"]["name"])):
+        report.samples += record["shard"]["samples"]
+        report.skipped += [(path, reason) for path, reason in record["skipped"]]
+    if records.finish(classes):
+        report.manifest_url = records.manifest_url
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+# --- the command line -------------------------------------------------------------------------
+
+
+def parse_size(text: str) -> float:
+    """Bytes from ``"1e9"``, ``"500MB"``, ``"1.5GiB"``, ``"64k"``..."""
+    units = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+    units |= {"ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+    lowered = text.strip().lower().removesuffix("b")
+    number = lowered.rstrip("kmgti")
+    unit = lowered[len(number) :]
+    if unit not in units:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r}")
+    try:
+        return float(number) * units[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r}") from None
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``wdsx convert``."""
+    defaults = ConvertSettings()
+    parser = subparsers.add_parser(
+        "convert",
+        help="convert an image folder (one sub-folder per class) into shards",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Convert an ImageFolder-style tree into WebDataset shards plus a manifest "
+        "(<stem>.manifest.json: sample counts, sizes, SHA-256, class names). Samples are "
+        "{<class>/<stem>: original image bytes, cls: class index}. The output is byte-identical "
+        "for any --workers; RANK/WORLD_SIZE (or SLURM_PROCID/SLURM_NTASKS) split the shards "
+        "across machines, and the last rank to finish writes the manifest. A re-run skips "
+        "the shards already complete.",
+    )
+    parser.add_argument("src", help="image folder: one sub-folder per class")
+    parser.add_argument(
+        "dest", help="shard pattern (out/train-%%06d.tar) or prefix (out/train), local or s3://"
+    )
+    parser.add_argument("--maxcount", type=int, default=defaults.maxcount, help="samples per shard at most")
+    parser.add_argument(
+        "--maxsize",
+        type=parse_size,
+        default=defaults.maxsize,
+        help="payload bytes per shard: 1e9, 500MB, 1GiB",
+    )
+    parser.add_argument("--shuffle", action="store_true", help="shuffle the sample order (seeded)")
+    parser.add_argument("--seed", type=int, default=defaults.seed, help="seed for --shuffle")
+    parser.add_argument("--reencode", choices=sorted(REENCODE_FORMATS), help="re-encode every image")
+    parser.add_argument("--quality", type=int, default=defaults.quality, help="JPEG/WebP re-encoding quality")
+    parser.add_argument("--resize", type=int, metavar="N", help="shrink shorter sides above N to N")
+    parser.add_argument(
+        "--verify", choices=VERIFY_MODES, default=defaults.verify, help="check of kept images: cheap, or full"
+    )
+    parser.add_argument("--workers", type=int, default=1, help="worker processes")
+    parser.add_argument("--strict", action="store_true", help="fail at the first unreadable image")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``wdsx convert``: convert, then print a summary (skipped images on stderr)."""
+    settings = ConvertSettings(
+        maxcount=args.maxcount,
+        maxsize=args.maxsize,
+        shuffle=args.shuffle,
+        seed=args.seed,
+        reencode=args.reencode,
+        quality=args.quality,
+        resize=args.resize,
+        verify=args.verify,
+    )
+    progress = not args.quiet and sys.stderr.isatty()
+    report = convert(
+        args.src, args.dest, settings, workers=args.workers, strict=args.strict, progress=progress
+    )
+    for path, reason in report.skipped:
+        print(f"skipped {path}: {reason}", file=sys.stderr)
+    if not args.quiet:
+        rate = report.samples_written / report.seconds if report.seconds else 0.0
+        print(
+            f"{report.written + report.reused} of {report.shards} shards complete "
+            f"({report.written} written now, {report.reused} before): "
+            f"{report.samples} images, {len(report.skipped)} skipped; "
+            f"{report.samples_written} images in {report.seconds:.1f} s ({rate:.0f} images/s)"
+        )
+        print(f"manifest: {report.manifest_url or 'pending: the last rank to finish writes it'}")
+    return 0

@@ -1,0 +1,310 @@
+"""Shard manifests: one JSON file beside a dataset's shards giving each shard's sample count,
+size and SHA-256.
+
+Readers use the counts to split an epoch at sample granularity without opening every shard;
+the hashes let ``verify`` check shards. The writer produces the manifest for free while
+writing; :func:`build_manifest` (``wdsx index``) makes one for shards written by other tools,
+and :func:`scan_counts` counts one shard cheaply (headers only) when there is no manifest.
+
+Format (``version`` 1)::
+
+    {"format": "wdsx-manifest", "version": 1, "total_samples": N, <extra fields>,
+     "shards": [{"name": "train-000000.tar", "samples": n, "bytes": size, "sha256": hex}, ...]}
+
+Shards are matched by basename, so a manifest stays valid when the dataset is copied elsewhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import posixpath
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .samples import Cursor, group_members
+from .shards import expand_urls
+from .sources import SourceOptions, open_sink, open_source
+from .tar import scan_headers
+
+FORMAT = "wdsx-manifest"
+VERSION = 1
+_RESERVED = frozenset(("format", "version", "total_samples", "shards"))
+_SHARD_SUFFIXES = (".tar.gz", ".tar.bz2", ".tar.xz", ".tgz", ".tar")
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _split_dir(url: str) -> tuple[str, str]:
+    cut = url.rfind("/") + 1
+    return url[:cut], url[cut:]
+
+
+def _manifest_name(directory: str, stem: str) -> str:
+    stem = stem.rstrip("-_.")
+    return directory + (f"{stem}.manifest.json" if stem else "manifest.json")
+
+
+def manifest_url_for_pattern(pattern: str) -> str:
+    """The manifest URL for a shard pattern: ``out/train-%06d.tar`` -> ``out/train.manifest.json``.
+
+    Same directory; the basename up to the ``%`` directive with trailing ``-_.`` removed, or
+    ``manifest.json`` when nothing is left (``s3://b/p/%05d.tar`` -> ``s3://b/p/manifest.json``).
+    """
+    directory, base = _split_dir(pattern)
+    if "%" not in base:
+        return manifest_url_for_shard(pattern)
+    return _manifest_name(directory, base[: base.index("%")])
+
+
+def manifest_url_for_shard(url: str) -> str:
+    """The manifest URL for one shard: ``out/train-000003.tar`` -> ``out/train.manifest.json``."""
+    directory, base = _split_dir(url)
+    for suffix in _SHARD_SUFFIXES:
+        if base.endswith(suffix):
+            base = base[: -len(suffix)]
+            break
+    return _manifest_name(directory, base.rstrip("0123456789"))
+
+
+def natural_key(name: str) -> list[Any]:
+    """Sort key that orders ``s-2.tar`` before ``s-10.tar``."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    """One shard in a manifest."""
+
+    name: str
+    """The shard's basename."""
+    samples: int
+    bytes: int
+    sha256: str | None = None
+
+
+@dataclass
+class Manifest:
+    """The shards of a dataset with their sample counts, plus free-form ``extra`` fields."""
+
+    shards: list[ShardEntry]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def total_samples(self) -> int:
+        return sum(shard.samples for shard in self.shards)
+
+    def _by_name(self) -> dict[str, ShardEntry]:
+        return {shard.name: shard for shard in self.shards}
+
+    def counts_for(self, urls: Iterable[str]) -> list[int] | None:
+        """Sample counts of ``urls`` (matched by basename), or None if any shard is not listed."""
+        by_name = self._by_name()
+        counts = []
+        for url in urls:
+            entry = by_name.get(posixpath.basename(url))
+            if entry is None:
+                return None
+            counts.append(entry.samples)
+        return counts
+
+    def sha256_for(self, url: str) -> str | None:
+        """The recorded SHA-256 of the shard at ``url`` (by basename), or None if unknown."""
+        entry = self._by_name().get(posixpath.basename(url))
+        return entry.sha256 if entry else None
+
+    def to_json(self) -> str:
+        """The manifest as JSON text: one shard per line, extra fields in sorted order."""
+        lines = [
+            f'  "format": "{FORMAT}"',
+            f'  "version": {VERSION}',
+            f'  "total_samples": {self.total_samples}',
+        ]
+        lines += [f"  {json.dumps(key)}: {json.dumps(self.extra[key])}" for key in sorted(self.extra)]
+        shards = ",\n".join("    " + json.dumps(asdict(shard)) for shard in self.shards)
+        lines.append('  "shards": [\n' + shards + "\n  ]" if shards else '  "shards": []')
+        return "{\n" + ",\n".join(lines) + "\n}\n"
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Manifest:
+        """Parse a manifest; ValueError if it is not one or is of a newer version."""
+        data = json.loads(text)
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ValueError('not a wdsx manifest (missing "format": "wdsx-manifest")')
+        if data.get("version") != VERSION:
+            raise ValueError(
+                f"unsupported wdsx manifest version {data.get('version')!r} (this wdsx reads {VERSION})"
+            )
+        shards = [
+            ShardEntry(s["name"], int(s["samples"]), int(s["bytes"]), s.get("sha256")) for s in data["shards"]
+        ]
+        manifest = cls(shards, {k: v for k, v in data.items() if k not in _RESERVED})
+        if "total_samples" in data and data["total_samples"] != manifest.total_samples:
+            raise ValueError(f"manifest total_samples {data['total_samples']} != sum of shard samples")
+        return manifest
+
+    @classmethod
+    def load(cls, url: str, options: SourceOptions | None = None) -> Manifest | None:
+        """The manifest at ``url``, or None when there is no file there."""
+        text = read_if_present(url, options)
+        if text is None:
+            return None
+        try:
+            return cls.from_json(text)
+        except (ValueError, KeyError, TypeError) as exn:
+            raise ValueError(f"{url}: {exn}") from exn
+
+    def write(self, url: str, options: SourceOptions | None = None) -> None:
+        """Write the manifest to ``url``; it appears there complete or not at all."""
+        with open_sink(url, options) as sink:
+            sink.write(self.to_json().encode("utf-8"))
+
+    @classmethod
+    def merge(cls, parts: Iterable[Manifest]) -> Manifest:
+        """One manifest from several (e.g. one per converter process), shards in name order.
+
+        A shard listed twice must be listed identically, and so must an extra field.
+        """
+        shards: dict[str, ShardEntry] = {}
+        extra: dict[str, Any] = {}
+        for part in parts:
+            for shard in part.shards:
+                if shards.setdefault(shard.name, shard) != shard:
+                    raise ValueError(f"manifests disagree about shard {shard.name!r}")
+            for key, value in part.extra.items():
+                if extra.setdefault(key, value) != value:
+                    raise ValueError(f"manifests disagree about field {key!r}")
+        return cls(sorted(shards.values(), key=lambda s: natural_key(s.name)), extra)
+
+
+def read_if_present(url: str, options: SourceOptions | None = None) -> bytes | None:
+    """The whole file at ``url``, or None when nothing is stored under that name.
+
+    Other failures (network, permissions) raise.
+    """
+    try:
+        with open_source(url, 0, options) as source:
+            return _read_all(source.read)
+    except OSError as exn:
+        if _is_absent(exn):
+            return None
+        raise
+
+
+_ABSENT_S3_CODES = frozenset(("NoSuchKey", "NotFound", "404"))
+
+
+def _is_absent(error: BaseException | None) -> bool:
+    """Whether an open failed because nothing is stored under the name: a FileNotFoundError, an
+    error flagged ``not_found``, or one caused by an HTTP 404 or an S3 ``NoSuchKey``."""
+    while error is not None:
+        if isinstance(error, FileNotFoundError) or getattr(error, "not_found", False):
+            return True
+        if getattr(error, "code", None) == 404:  # urllib's HTTPError
+            return True
+        response = getattr(error, "response", None)  # botocore's ClientError
+        if isinstance(response, dict) and response.get("Error", {}).get("Code") in _ABSENT_S3_CODES:
+            return True
+        error = error.__cause__
+    return False
+
+
+def _read_all(read: Callable[[int], bytes]) -> bytes:
+    parts = []
+    while part := read(1 << 20):
+        parts.append(part)
+    return b"".join(parts)
+
+
+class _Unread:
+    """A reader that first returns bytes already taken from the stream (to sniff its type)."""
+
+    def __init__(self, head: bytes, read: Callable[[int], bytes]):
+        self._head = head
+        self._read = read
+
+    def read(self, n: int = -1) -> bytes:
+        if not self._head:
+            return self._read(n)
+        out, self._head = (self._head, b"") if n < 0 else (self._head[:n], self._head[n:])
+        return out
+
+
+def _count(url: str, read: Callable[[int], bytes], skip: Callable[[int], object] | None) -> int:
+    """Samples in a tar stream, grouped exactly as readers group them; gzip is detected."""
+    head = read(2)
+    stream = _Unread(head, read)
+    if head == _GZIP_MAGIC:
+        tar_read, skip = gzip.GzipFile(fileobj=stream, mode="rb").read, None  # type: ignore[arg-type]
+    else:
+        tar_read = stream.read
+    members = ((name, offset, b"") for name, offset, _ in scan_headers(tar_read, skip, url))
+    return sum(1 for _ in group_members(members, url, Cursor(0, 0)))
+
+
+def scan_counts(url: str, options: SourceOptions | None = None) -> int:
+    """The number of samples in the shard at ``url``, reading only its headers where possible.
+
+    Local files are read header by header, seeking over payloads; remote and gzipped shards
+    are streamed. Grouping follows :mod:`wdsx.samples` (metadata members skipped, consecutive
+    members with one key form a sample).
+    """
+    with open_source(url, 0, options) as source:
+        return _count(url, source.read, source.skip if source.local_path else None)
+
+
+class _Hashing:
+    """Wraps a reader, hashing and counting every byte that passes."""
+
+    def __init__(self, read: Callable[[int], bytes]):
+        self._read = read
+        self.digest = hashlib.sha256()
+        self.size = 0
+
+    def read(self, n: int) -> bytes:
+        data = self._read(n)
+        self.digest.update(data)
+        self.size += len(data)
+        return data
+
+
+def index_shard(url: str, options: SourceOptions | None = None) -> ShardEntry:
+    """Read the shard at ``url`` once: its manifest entry, with sample count, size and SHA-256."""
+    with open_source(url, 0, options) as source:
+        hashing = _Hashing(source.read)
+        samples = _count(url, hashing.read, None)
+        _read_all(hashing.read)  # the end-of-archive padding, or gzip's tail
+    return ShardEntry(posixpath.basename(url), samples, hashing.size, hashing.digest.hexdigest())
+
+
+def build_manifest(urls: Sequence[str], options: SourceOptions | None = None) -> Manifest:
+    """A manifest for existing shards, made by reading each once (``wdsx index``)."""
+    return Manifest([index_shard(url, options) for url in urls])
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``wdsx index``."""
+    parser = subparsers.add_parser(
+        "index",
+        help="write a manifest (sample counts, sizes, SHA-256) for existing shards",
+        description="Read every shard once, count its samples and hash it, and write a manifest "
+        "beside the shards (or at --output).",
+    )
+    parser.add_argument(
+        "shards", nargs="+", help="shard URLs or patterns (braces, globs, s3://bucket/prefix/)"
+    )
+    parser.add_argument("-o", "--output", help="manifest URL (default: derived from the first shard's name)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``wdsx index``: build the manifest and write it."""
+    urls = [url for spec in args.shards for url in expand_urls(spec)]
+    manifest = build_manifest(urls)
+    output = args.output or manifest_url_for_shard(urls[0])
+    manifest.write(output)
+    print(f"{output}: {len(manifest.shards)} shards, {manifest.total_samples} samples")
+    return 0

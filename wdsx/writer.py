@@ -1,0 +1,405 @@
+"""Write samples to tar shards: webdataset's ``TarWriter`` and ``ShardWriter``, deterministic and atomic.
+
+Same arguments and member layout as webdataset 1.0.2 (``key + "." + ext`` in sorted extension
+order, ``_`` fields only with ``keep_meta``), with these differences on purpose:
+
+- the bytes are a pure function of the samples: mtime 0 unless given, gzip without a timestamp;
+- a shard named by URL is written through :func:`wdsx.sources.open_sink`, so it appears under
+  its name only once complete (an exception inside ``with`` discards it), locally or on S3;
+- ``ShardWriter`` opens shards lazily (no empty shard when nothing is written, #376) and, at
+  ``close()``, writes a manifest listing each shard's sample count, size and SHA-256;
+- fields a reader adds (``__url__``, ``__local_path__``...) are never written back.
+"""
+
+from __future__ import annotations
+
+import bz2
+import hashlib
+import logging
+import lzma
+import posixpath
+import zlib
+from collections.abc import Callable, Mapping
+from typing import Any, BinaryIO, TypeVar
+
+from .encode import FieldEncoder, make_encoder
+from .manifest import Manifest, ShardEntry, manifest_url_for_pattern
+from .samples import POSITION
+from .sources import SourceOptions, open_sink
+from .tarformat import HeaderMaker, end_of_archive, padding
+
+log = logging.getLogger("wdsx")
+
+NEVER_WRITTEN = frozenset(("__key__", "__url__", "__local_path__", POSITION, "__pad__"))
+"""Fields that describe where a sample was read from; writing them back would be wrong."""
+
+_FLUSH_AT = 1 << 20
+
+
+class _GzipCompressor:
+    """gzip with a zeroed timestamp and "unknown" OS byte: the same bytes on every machine."""
+
+    _HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+
+    def __init__(self, level: int = 6):
+        self._deflate = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
+        self._crc = 0
+        self._size = 0
+        self._header = self._HEADER
+
+    def compress(self, data: bytes) -> bytes:
+        self._crc = zlib.crc32(data, self._crc)
+        self._size += len(data)
+        out, self._header = self._header + self._deflate.compress(data), b""
+        return out
+
+    def flush(self) -> bytes:
+        trailer = self._crc.to_bytes(4, "little") + (self._size & 0xFFFFFFFF).to_bytes(4, "little")
+        return self._header + self._deflate.flush() + trailer
+
+
+_COMPRESSORS: dict[str, Callable[[], Any]] = {
+    "gz": _GzipCompressor,
+    "bz2": lambda: bz2.BZ2Compressor(9),
+    "xz": lzma.LZMACompressor,
+}
+
+
+def compression_for(name: object, compress: bool | str | None) -> str | None:
+    """webdataset's rule: ``compress`` if given (True means gz), else from the file name's ending."""
+    if compress is False:
+        return None
+    if compress is True:
+        return "gz"
+    if isinstance(compress, str):
+        if compress not in _COMPRESSORS:
+            raise ValueError(f"unknown compression {compress!r}; use one of {sorted(_COMPRESSORS)}")
+        return compress
+    if isinstance(name, str):
+        for kind in _COMPRESSORS:
+            if name.endswith(kind):
+                return kind
+    return None
+
+
+class _Output:
+    """Buffers small writes into large ones, compresses, and hashes the bytes as they leave."""
+
+    def __init__(self, write: Callable[[bytes], object], compression: str | None):
+        self._write = write
+        self._compressor = _COMPRESSORS[compression]() if compression else None
+        self._pending: list[bytes] = []
+        self._pending_size = 0
+        self.tar_bytes = 0
+        """Uncompressed tar bytes so far."""
+        self.file_bytes = 0
+        """Bytes handed to the destination so far (compressed when compressing)."""
+        self.sha256 = hashlib.sha256()
+
+    def add(self, data: bytes | bytearray | memoryview) -> None:
+        self.tar_bytes += len(data)
+        if len(data) >= _FLUSH_AT:  # large payloads go out without being copied
+            self.flush()
+            self._send(data)
+            return
+        self._pending.append(data)
+        self._pending_size += len(data)
+        if self._pending_size >= _FLUSH_AT:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._pending:
+            data = b"".join(self._pending)
+            self._pending.clear()
+            self._pending_size = 0
+            self._send(data)
+
+    def _send(self, data: bytes | bytearray | memoryview) -> None:
+        self._emit(self._compressor.compress(data) if self._compressor is not None else data)
+
+    def finish(self) -> None:
+        self.flush()
+        if self._compressor is not None:
+            self._emit(self._compressor.flush())
+
+    def _emit(self, data: bytes | bytearray | memoryview) -> None:
+        if data:
+            self.sha256.update(data)
+            self.file_bytes += len(data)
+            self._write(data)
+
+
+def _as_payload(value: Any, name: str) -> bytes | bytearray | memoryview:
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, memoryview):
+        return value.cast("B") if value.c_contiguous else value.tobytes()
+    if isinstance(value, (bytes, bytearray)):
+        return value
+    raise ValueError(f"{name}: the encoder gave a {type(value).__name__}, not bytes")
+
+
+_W = TypeVar("_W", bound="_AllOrNothing")
+
+
+class _AllOrNothing:
+    """``with`` support: :meth:`close` when the block succeeds, :meth:`abort` when it raises."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _W) -> _W:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+class TarWriter(_AllOrNothing):
+    """Write samples (dicts with a ``__key__``) as members of one tar file.
+
+    ``fileobj`` is a URL or path (opened with :func:`~wdsx.sources.open_sink`: the file appears
+    only when :meth:`close` completes) or a writable binary stream (left open). ``format`` is
+    accepted for webdataset compatibility, which ignores it too: the output is always ustar,
+    with pax headers where needed. ``options`` configure remote sinks.
+    """
+
+    def __init__(
+        self,
+        fileobj: str | BinaryIO,
+        user: str = "bigdata",
+        group: str = "bigdata",
+        mode: int = 0o444,
+        compress: bool | str | None = None,
+        encoder: bool | Mapping[str, FieldEncoder] | Callable[[dict], dict] | None = True,
+        keep_meta: bool = False,
+        mtime: float | None = None,
+        format: Any = None,
+        options: SourceOptions | None = None,
+    ):
+        self.user, self.group, self.mode = user, group, mode
+        self.compress = compress
+        self.keep_meta = keep_meta
+        self.mtime = mtime
+        self.encoder = make_encoder(encoder)
+        self._headers = HeaderMaker(
+            mode=mode, mtime=0 if mtime is None else int(mtime), uname=user, gname=group
+        )
+        compression = compression_for(fileobj, compress)
+        if isinstance(fileobj, str):
+            self.url: str | None = fileobj
+            self._sink = open_sink(fileobj, options)
+            self._out = _Output(self._sink.write, compression)
+        else:
+            self.url = None
+            self._sink = None
+            self._out = _Output(fileobj.write, compression)
+        self.count = 0
+        """Samples written."""
+        self.closed = False
+        self._warned_dotted_key = False
+
+    def write(self, obj: Mapping[str, Any]) -> int:
+        """Write one sample; returns its payload bytes (headers and padding not counted)."""
+        if self.closed:
+            raise ValueError("write to a closed TarWriter")
+        if "__key__" not in obj:
+            raise ValueError("a sample must contain a __key__")
+        encoded = self.encoder(obj)
+        key = encoded["__key__"]
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"__key__ must be a non-empty str, not {key!r}")
+        self._check_key(key)
+        members = []
+        for field in sorted(encoded):
+            if field[0] == "_" and (not self.keep_meta or field in NEVER_WRITTEN):
+                continue
+            name = key + "." + field
+            members.append((name, _as_payload(encoded[field], name)))
+        total = 0
+        for name, payload in members:
+            size = len(payload)
+            self._out.add(self._headers.member(name, size))
+            self._out.add(payload)
+            self._out.add(padding(size))
+            total += size
+        self.count += 1
+        return total
+
+    def _check_key(self, key: str) -> None:
+        if not self._warned_dotted_key and "." in key.rpartition("/")[2]:
+            self._warned_dotted_key = True
+            log.warning(
+                "sample key %r has a dot in its last path component: readers will split it there "
+                "and see a different key and extension (warning once per writer)",
+                key,
+            )
+
+    @property
+    def bytes_written(self) -> int:
+        """Bytes of the output file so far (compressed size when compressing)."""
+        return self._out.file_bytes
+
+    @property
+    def sha256(self) -> str:
+        """Hex SHA-256 of the output file's bytes so far; of the whole file after :meth:`close`."""
+        return self._out.sha256.hexdigest()
+
+    def close(self) -> None:
+        """End the archive and, for a URL, make the file appear under its name."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self._out.add(end_of_archive(self._out.tar_bytes))
+            self._out.finish()
+            if self._sink is not None:
+                self._sink.commit()
+        except BaseException:
+            if self._sink is not None:
+                self._sink.abort()
+            raise
+
+    def abort(self) -> None:
+        """Stop writing; for a URL, discard the file so nothing appears under its name."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._sink is not None:
+            self._sink.abort()
+
+
+def shard_is_full(count: int, size: float, maxcount: float, maxsize: float) -> bool:
+    """webdataset's rule: a shard with ``count`` samples and ``size`` payload bytes takes no more."""
+    return count >= maxcount or size >= maxsize
+
+
+class ShardWriter(_AllOrNothing):
+    """Write samples to a sequence of shards ``pattern % n``, each complete before the next starts.
+
+    A new shard starts before a write once the current one holds ``maxcount`` samples or
+    ``maxsize`` payload bytes (webdataset's rule, so the same samples split at the same
+    places). Shards are opened on the first write to them, so no empty shard is ever left.
+    ``post(fname)`` runs after each shard is complete. ``opener(fname)``, when given, returns
+    the stream to write instead of :func:`~wdsx.sources.open_sink`; the writer closes it.
+
+    ``manifest``: True writes the manifest at :func:`~wdsx.manifest.manifest_url_for_pattern`,
+    a str writes it at that URL, False writes none. ``metadata`` (also settable as the
+    ``metadata`` attribute before ``close``) adds top-level fields to it, such as ``classes``.
+    """
+
+    def __init__(
+        self,
+        pattern: str,
+        maxcount: int = 100000,
+        maxsize: float = 3e9,
+        post: Callable[[str], object] | None = None,
+        start_shard: int = 0,
+        verbose: int = 1,
+        opener: Callable[[str], BinaryIO] | None = None,
+        manifest: bool | str = True,
+        options: SourceOptions | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        **tarwriter_kw: Any,
+    ):
+        self.pattern = pattern
+        self.maxcount = maxcount
+        self.maxsize = maxsize
+        self.post = post
+        self.verbose = verbose
+        self.opener = opener
+        self.options = options
+        self.kw = tarwriter_kw
+        self.shard = start_shard
+        """Number of the next shard to open."""
+        self.fname: str | None = None
+        """Name of the shard being written (or last written)."""
+        self.tarstream: TarWriter | None = None
+        self.count = 0
+        """Samples in the current shard."""
+        self.size = 0
+        """Payload bytes in the current shard."""
+        self.total = 0
+        """Samples written by this writer."""
+        self.shards: list[ShardEntry] = []
+        """The shards completed so far."""
+        self.metadata: dict[str, Any] = dict(metadata or {})
+        self.manifest_url: str | None = (
+            manifest if isinstance(manifest, str) else manifest_url_for_pattern(pattern) if manifest else None
+        )
+        self._stream: BinaryIO | None = None
+
+    def write(self, obj: Mapping[str, Any]) -> int:
+        """Write one sample, starting a new shard first if the current one is full."""
+        if self.tarstream is None or shard_is_full(self.count, self.size, self.maxcount, self.maxsize):
+            self.next_stream()
+        assert self.tarstream is not None
+        size = self.tarstream.write(obj)
+        self.count += 1
+        self.total += 1
+        self.size += size
+        return size
+
+    def next_stream(self) -> None:
+        """Complete the current shard and open the next one."""
+        self.finish()
+        self.fname = self.pattern % self.shard
+        self.shard += 1
+        if self.verbose:
+            log.info("# writing %s (%d samples so far)", self.fname, self.total)
+        kw = dict(self.kw)
+        if self.opener is not None:
+            if kw.get("compress") is None:  # a stream has no name to tell, so ask the pattern's
+                kw["compress"] = compression_for(self.fname, None)
+            self._stream = self.opener(self.fname)
+            self.tarstream = TarWriter(self._stream, options=self.options, **kw)
+        else:
+            self.tarstream = TarWriter(self.fname, options=self.options, **kw)
+        self.count = 0
+        self.size = 0
+
+    def finish(self) -> None:
+        """Complete the current shard, if any: close it, record it, run ``post``."""
+        if self.tarstream is None:
+            return
+        writer, self.tarstream = self.tarstream, None
+        writer.close()
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+        assert self.fname is not None
+        self.shards.append(
+            ShardEntry(posixpath.basename(self.fname), writer.count, writer.bytes_written, writer.sha256)
+        )
+        if self.post is not None:
+            self.post(self.fname)
+
+    def close(self) -> None:
+        """Complete the last shard and write the manifest (when there is something to list)."""
+        self.finish()
+        if self.manifest_url is None or not self.shards:
+            return
+        manifest = Manifest(list(self.shards), dict(self.metadata))
+        if self.opener is not None:
+            stream = self.opener(self.manifest_url)
+            try:
+                stream.write(manifest.to_json().encode("utf-8"))
+            finally:
+                stream.close()
+        else:
+            manifest.write(self.manifest_url, self.options)
+
+    def abort(self) -> None:
+        """Discard the shard being written (completed shards stay) and write no manifest."""
+        if self.tarstream is not None:
+            self.tarstream.abort()
+            self.tarstream = None
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
