@@ -1,0 +1,145 @@
+"""``make bench``: wdsx against webdataset 1.0.2 on the same generated shards, in one run.
+
+Prints a table of rates and ratios (medians of interleaved runs: this machine is shared and
+noisy, so only same-run ratios mean anything) and writes it to ``bench-out/results.md``.
+
+    python benchmarks/run.py [--only read,resume,s3,convert] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from benchmarks import bench_read, bench_resume, data  # noqa: E402
+
+Row = tuple[str, str, str, str, str]
+
+
+def fmt(value: float, unit: str = "") -> str:
+    if value >= 100:
+        return f"{value:,.0f}{unit}"
+    return f"{value:.3g}{unit}"
+
+
+def ratio_row(name: str, rates: dict[str, float], target: str, unit: str = " /s") -> Row:
+    ratio = rates["wdsx"] / rates["webdataset"]
+    return (name, fmt(rates["wdsx"], unit), fmt(rates["webdataset"], unit), f"{ratio:.2f}x", target)
+
+
+def read_section(repeats: int) -> list[Row]:
+    tiny, jpeg = data.tiny_shards(), data.jpeg_shards()
+    rows = [
+        ratio_row(
+            "raw iteration, 100k x ~100 B samples",
+            bench_read.rates(bench_read.raw, tiny, False, repeats),
+            ">= 10x",
+        ),
+        ratio_row(
+            "raw iteration, 20k x ~24 KB JPEG samples",
+            bench_read.rates(bench_read.raw, jpeg, False, repeats),
+            ">= 5x",
+        ),
+        ratio_row(
+            'decode("rgb8").to_tuple("jpg", "cls")',
+            bench_read.rates(bench_read.decoded, jpeg, False, repeats),
+            ">= 1.5x",
+        ),
+        ratio_row(
+            "... + shuffle(1000).batched(64)",
+            bench_read.rates(bench_read.shuffled_batches, jpeg, True, repeats),
+            ">= 1.8x",
+        ),
+        ratio_row(
+            "WebLoader(num_workers=2), end to end",
+            bench_read.rates(bench_read.loader, jpeg, True, repeats),
+            ">= 2.5x",
+        ),
+    ]
+    calls = bench_read.python_calls_per_sample(tiny)
+    rows.append(
+        (
+            "Python calls per sample, raw tiny",
+            f"{calls['wdsx']:.1f}",
+            f"{calls['webdataset']:.1f}",
+            f"{calls['webdataset'] / calls['wdsx']:.1f}x fewer",
+            "<= 20",
+        )
+    )
+    rss = bench_read.peak_rss_mb(jpeg)
+    rows.append(
+        (
+            "peak RSS, raw JPEG iteration",
+            f"{rss['wdsx']:.0f} MB",
+            f"{rss['webdataset']:.0f} MB",
+            f"{rss['wdsx'] / rss['webdataset']:.2f}x",
+            "<= 1x",
+        )
+    )
+    return rows
+
+
+def resume_section() -> list[Row]:
+    url = data.big_shard()
+    size = os.path.getsize(url) / 1e6
+    latency = bench_resume.resume_latency(url, 20_000)
+    state = bench_resume.state_size(data.jpeg_shards())
+    return [
+        (
+            f"first batch after resume at 10% / 90% of a {size:.0f} MB shard",
+            f"{latency['ttfb_10'] * 1000:.0f} / {latency['ttfb_90'] * 1000:.0f} ms",
+            f"{latency['skip_10'] * 1000:.0f} / {latency['skip_90'] * 1000:.0f} ms (skip)",
+            f"90%/10% = {latency['ratio']:.2f}",
+            "<= 1.2",
+        ),
+        ("state size, shuffle(1000), 2 workers", f"{state['compact_bytes']:,} B", "no state", "", "small"),
+    ]
+
+
+def s3_section() -> list[Row]:
+    from benchmarks.bench_s3 import bench_s3_table
+
+    return bench_s3_table(data.jpeg_shards())
+
+
+def convert_section() -> list[Row]:
+    from benchmarks.bench_convert import bench_convert_table
+
+    return bench_convert_table()
+
+
+SECTIONS = {"read": read_section, "resume": resume_section, "s3": s3_section, "convert": convert_section}
+
+
+def render(rows: list[Row]) -> str:
+    header = ("benchmark", "wdsx", "webdataset", "ratio", "target")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    rows: list[Row] = []
+    for name in args.only.split(","):
+        section = SECTIONS[name]
+        print(f"# running {name} benchmarks...", file=sys.stderr, flush=True)
+        rows.extend(section(args.repeats) if name == "read" else section())
+    table = render(rows)
+    print(table)
+    os.makedirs(data.ROOT, exist_ok=True)
+    with open(os.path.join(data.ROOT, "results.md"), "w") as stream:
+        stream.write(table + "\n")
+    with open(os.path.join(data.ROOT, "results.json"), "w") as stream:
+        json.dump(rows, stream, indent=1)
+
+
+if __name__ == "__main__":
+    main()
