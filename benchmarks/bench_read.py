@@ -73,7 +73,7 @@ def python_calls_per_sample(urls: list[str], limit: int = 20_000) -> dict[str, f
     for name, wds in libraries().items():
         calls = [0]
 
-        def profile(frame: Any, event: str, arg: Any) -> None:
+        def profile(frame: Any, event: str, arg: Any, calls: list[int] = calls) -> None:
             if event == "call":
                 calls[0] += 1
 
