@@ -12,7 +12,15 @@ from collections.abc import Sequence
 
 from .errors import WdsxError
 
-COMMANDS = ("wdsx.convert", "wdsx.manifest")
+COMMANDS = (
+    "wdsx.convert",
+    "wdsx.manifest",
+    "wdsx.commands.info",
+    "wdsx.commands.ls",
+    "wdsx.commands.cat",
+    "wdsx.commands.verify",
+    "wdsx.commands.bench",
+)
 """Modules providing subcommands, in the order ``wdsx --help`` lists them."""
 
 

@@ -1,0 +1,43 @@
+"""``wdsx info``: what a set of shards holds: samples, fields, sizes, classes."""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+
+from ..manifest import Manifest, manifest_url_for_shard
+from .common import human, payload_bytes, raw_samples, shard_urls
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("info", help="summarise shards: samples, fields, sizes, classes")
+    parser.add_argument("shards", nargs="+", help="shard URLs or patterns")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    urls = shard_urls(args.shards)
+    manifest = Manifest.load(manifest_url_for_shard(urls[0]))
+    names = list(manifest.extra.get("classes", [])) if manifest else []
+    fields: Counter = Counter()
+    classes: Counter = Counter()
+    samples = total = 0
+    for url in urls:
+        count = size = 0
+        for sample in raw_samples(url):
+            count += 1
+            size += payload_bytes(sample)
+            fields.update(key for key in sample if not key.startswith("__"))
+            if "cls" in sample:
+                classes[int(sample["cls"])] += 1
+        print(f"{url}: {count} samples, {human(size)}")
+        samples += count
+        total += size
+    print(f"total: {len(urls)} shards, {samples} samples, {human(total)} of payload")
+    print("fields: " + ", ".join(f"{name} ({n})" for name, n in sorted(fields.items())))
+    if classes:
+        print("classes:")
+        for index, n in sorted(classes.items()):
+            label = names[index] if index < len(names) else ""
+            print(f"  {index:>4} {label:<20} {n}")
+    return 0
