@@ -79,9 +79,8 @@ def main() -> None:
     rest = train_steps(model, optimizer, batches)
     elapsed = time.perf_counter() - started
     samples = sum(len(keys) for keys in before + rest)
-    print(
-        f"   epoch done: {len(before) + len(rest)} batches, {samples} samples, {samples / elapsed:.0f} samples/s"
-    )
+    rate = samples / elapsed
+    print(f"   epoch done: {len(before) + len(rest)} batches, {samples} samples, {rate:.0f} samples/s")
     print(f"   the loader checkpoint is {len(str(checkpoint['loader']))} bytes of JSON-able state")
 
     print("4. 'crash' after step 10: a new model and loader resume from the checkpoint")

@@ -59,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"time to first batch: {1000 * (first or 0):.1f} ms")
     if len(steps) >= 2:
         mean, variance = statistics.mean(steps), statistics.variance(steps)
+        stdev = 1000 * variance**0.5
         print(
-            f"step time: mean {1000 * mean:.2f} ms, variance {1e6 * variance:.2f} ms^2, stdev {1000 * variance**0.5:.2f} ms"
+            f"step time: mean {1000 * mean:.2f} ms, variance {1e6 * variance:.2f} ms^2, stdev {stdev:.2f} ms"
         )
     return 0
