@@ -1,8 +1,9 @@
 """Conversion speed and memory: ``wdsx convert`` (1 and 2 workers) against a plain webdataset
 ``ShardWriter`` loop, on Fashion-MNIST image folders of two sizes.
 
-Every conversion runs in its own subprocess, which reports its wall time and peak RSS (its own,
-and the largest of its worker processes, from ``getrusage``). Each configuration runs
+Every conversion runs in its own subprocess, which reports the wall time of the conversion
+(after interpreter start and imports) and its peak RSS (its own, and the largest of its worker
+processes, from ``getrusage``). Each configuration runs
 ``repeats`` times, interleaved, on a warm page cache; the table shows medians. Note that
 ``wdsx convert`` also checks every image (PIL header parse) while the baseline only copies bytes.
 
