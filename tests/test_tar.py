@@ -127,3 +127,24 @@ def test_missing_end_of_archive_is_reported_as_truncation():
         wdsx_members(data[:1024])
     with pytest.raises(ShardError, match="empty"):
         wdsx_members(b"")
+
+
+@pytest.mark.parametrize("suffix", [".tar.gz", ".tar.bz2", ".tar.xz", ".tgz"])
+def test_compressed_shards_read_and_resume_like_plain_ones(tmp_path, suffix):
+    import wdsx
+
+    members = [(f"k{i:03d}.{ext}", f"{i}{ext}".encode() * 50) for i in range(30) for ext in ("a", "b")]
+    path = str(tmp_path / ("shard" + suffix))
+    mode = {"gz": "w:gz", "bz2": "w:bz2", "xz": "w:xz", "tgz": "w:gz"}[suffix.rsplit(".", 1)[-1]]
+    with tarfile.open(path, mode) as archive:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    expected = [f"k{i:03d}" for i in range(30)]
+    dataset = wdsx.WebDataset(path, manifest=False)
+    iterator = iter(dataset)
+    first = [next(iterator)["__key__"] for _ in range(11)]
+    resumed = wdsx.WebDataset(path, manifest=False)
+    resumed.load_state_dict(dataset.state_dict())
+    assert first + [s["__key__"] for s in resumed] == expected

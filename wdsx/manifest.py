@@ -17,7 +17,6 @@ Shards are matched by basename, so a manifest stays valid when the dataset is co
 from __future__ import annotations
 
 import argparse
-import gzip
 import hashlib
 import json
 import posixpath
@@ -26,6 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .compression import uncompressed
 from .samples import Cursor, group_members
 from .shards import expand_urls
 from .sources import SourceOptions, open_sink, open_source
@@ -35,7 +35,6 @@ FORMAT = "wdsx-manifest"
 VERSION = 1
 _RESERVED = frozenset(("format", "version", "total_samples", "shards"))
 _SHARD_SUFFIXES = (".tar.gz", ".tar.bz2", ".tar.xz", ".tgz", ".tar")
-_GZIP_MAGIC = b"\x1f\x8b"
 
 
 def _split_dir(url: str) -> tuple[str, str]:
@@ -219,36 +218,18 @@ def _read_all(read: Callable[[int], bytes]) -> bytes:
     return b"".join(parts)
 
 
-class _Unread:
-    """A reader that first returns bytes already taken from the stream (to sniff its type)."""
-
-    def __init__(self, head: bytes, read: Callable[[int], bytes]):
-        self._head = head
-        self._read = read
-
-    def read(self, n: int = -1) -> bytes:
-        if not self._head:
-            return self._read(n)
-        out, self._head = (self._head, b"") if n < 0 else (self._head[:n], self._head[n:])
-        return out
-
-
 def _count(url: str, read: Callable[[int], bytes], skip: Callable[[int], object] | None) -> int:
-    """Samples in a tar stream, grouped exactly as readers group them; gzip is detected."""
-    head = read(2)
-    stream = _Unread(head, read)
-    if head == _GZIP_MAGIC:
-        tar_read, skip = gzip.GzipFile(fileobj=stream, mode="rb").read, None  # type: ignore[arg-type]
-    else:
-        tar_read = stream.read
-    members = ((name, offset, b"") for name, offset, _ in scan_headers(tar_read, skip, url))
+    """Samples in a tar stream, grouped exactly as readers group them; compression is detected."""
+    tar_read, compressed = uncompressed(read)
+    headers = scan_headers(tar_read, None if compressed else skip, url)
+    members = ((name, offset, b"") for name, offset, _ in headers)
     return sum(1 for _ in group_members(members, url, Cursor(0, 0)))
 
 
 def scan_counts(url: str, options: SourceOptions | None = None) -> int:
     """The number of samples in the shard at ``url``, reading only its headers where possible.
 
-    Local files are read header by header, seeking over payloads; remote and gzipped shards
+    Local files are read header by header, seeking over payloads; remote and compressed shards
     are streamed. Grouping follows :mod:`wdsx.samples` (metadata members skipped, consecutive
     members with one key form a sample).
     """
@@ -276,7 +257,7 @@ def index_shard(url: str, options: SourceOptions | None = None) -> ShardEntry:
     with open_source(url, 0, options) as source:
         hashing = _Hashing(source.read)
         samples = _count(url, hashing.read, None)
-        _read_all(hashing.read)  # the end-of-archive padding, or gzip's tail
+        _read_all(hashing.read)  # the end-of-archive padding, or the compressed stream's tail
     return ShardEntry(posixpath.basename(url), samples, hashing.size, hashing.digest.hexdigest())
 
 

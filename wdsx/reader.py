@@ -6,13 +6,12 @@ URLs the stages before it produce. Both keep a cursor: the shard, byte offset an
 the next sample. A checkpoint stores that cursor, and resuming opens the shard at that offset
 (a seek, or a ranged request) instead of re-reading the shard's beginning.
 
-Gzip-compressed shards cannot start at an offset: they are re-read from the start and the
+Compressed shards (gzip, bzip2, xz) cannot start at an offset: they are re-read from the start and the
 decompressed bytes before the offset are skipped (logged once per shard).
 """
 
 from __future__ import annotations
 
-import gzip
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import Any
 
 from . import plan as planning
 from . import rng
+from .compression import named_compressed, uncompressed
 from .errors import ShardError, reraise_exception
 from .samples import POSITION, Cursor, group_members, sample_starts
 from .sources import SourceOptions, open_source
@@ -29,7 +29,6 @@ from .tar import iter_members, scan_headers
 log = logging.getLogger("wdsx")
 
 Handler = Callable[[BaseException], bool]
-_GZIP_MAGIC = b"\x1f\x8b"
 
 
 @dataclass
@@ -43,43 +42,24 @@ class ReadSettings:
     add_local_path: bool = False
 
 
-class _Prefixed:
-    """A reader that returns some already-read bytes before the rest of a stream."""
-
-    def __init__(self, head: bytes, read: Callable[[int], bytes]):
-        self.head = head
-        self._read = read
-
-    def read(self, n: int = -1) -> bytes:
-        if not self.head:
-            return self._read(n)
-        head, self.head = self.head, b""
-        return head + self._read(max(n - len(head), 0)) if n > len(head) else head
-
-
 class _TarStream:
-    """The tar byte stream of one shard: raw, or gunzipped, starting at a tar offset."""
+    """The tar byte stream of one shard, possibly compressed, starting at a tar offset."""
 
     def __init__(self, url: str, offset: int, options: SourceOptions):
-        compressed = url.endswith((".gz", ".tgz"))
+        compressed = named_compressed(url)
         self.source = open_source(url, 0 if compressed else offset, options)
         self.local_path = self.source.local_path
-        raw = self.source
-        if not compressed and offset == 0:
-            head = self.source.read(2)
-            compressed = head == _GZIP_MAGIC
-            raw = _Prefixed(head, self.source.read)
-        self.read = raw.read
-        if compressed:
-            self.read = gzip.GzipFile(fileobj=raw, mode="rb").read
-            if offset:
-                log.info("%s is compressed: re-reading it from the start to reach offset %d", url, offset)
-                remaining = offset
-                while remaining > 0:
-                    skipped = len(self.read(min(remaining, 1 << 20)))
-                    if not skipped:
-                        raise ShardError(url, offset, "compressed shard ends before the resume offset")
-                    remaining -= skipped
+        self.read = self.source.read
+        if compressed or offset == 0:
+            self.read, compressed = uncompressed(self.source.read)
+        if compressed and offset:
+            log.info("%s is compressed: re-reading it from the start to reach offset %d", url, offset)
+            remaining = offset
+            while remaining > 0:
+                skipped = len(self.read(min(remaining, 1 << 20)))
+                if not skipped:
+                    raise ShardError(url, offset, "compressed shard ends before the resume offset")
+                remaining -= skipped
 
     def close(self) -> None:
         self.source.close()
@@ -147,7 +127,7 @@ def _locate(url: str, ordinal: int, settings: ReadSettings) -> int | None:
     scan that seeks over payloads; None when the shard is not local (the caller skips)."""
     if ordinal == 0:
         return 0
-    if url.endswith((".gz", ".tgz")):
+    if named_compressed(url):
         return None
     source = open_source(url, 0, settings.options)
     try:

@@ -1,0 +1,57 @@
+"""Compressed shards: gzip, bzip2 and xz tar streams are recognised by their magic bytes.
+
+A compressed stream cannot start at a byte offset of the tar inside it, so readers that need
+an offset in one re-read it from the start (see :mod:`wdsx.reader`).
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+from collections.abc import Callable
+
+COMPRESSED_SUFFIXES = (".gz", ".tgz", ".bz2", ".tbz", ".tbz2", ".xz", ".txz")
+_OPENERS: dict[bytes, Callable] = {
+    b"\x1f\x8b": lambda raw: gzip.GzipFile(fileobj=raw, mode="rb"),
+    b"BZh": lambda raw: bz2.BZ2File(raw, mode="rb"),
+    b"\xfd7zXZ\x00": lambda raw: lzma.LZMAFile(raw, mode="rb"),
+}
+_SNIFF = max(len(magic) for magic in _OPENERS)
+
+
+class Prefixed:
+    """A reader that returns bytes already taken from a stream before the rest of it."""
+
+    def __init__(self, head: bytes, read: Callable[[int], bytes]):
+        self.head = head
+        self._read = read
+
+    def read(self, n: int = -1) -> bytes:
+        if not self.head:
+            return self._read(n)
+        if 0 <= n < len(self.head):
+            out, self.head = self.head[:n], self.head[n:]
+            return out
+        head, self.head = self.head, b""
+        return head + self._read(n - len(head)) if n > len(head) else head
+
+
+def named_compressed(url: str) -> bool:
+    """Whether the name says the shard is compressed (so it cannot be opened at an offset)."""
+    return url.endswith(COMPRESSED_SUFFIXES)
+
+
+def uncompressed(read: Callable[[int], bytes]) -> tuple[Callable[[int], bytes], bool]:
+    """The tar bytes of a stream that may be compressed, and whether it was."""
+    head = b""
+    while len(head) < _SNIFF:
+        part = read(_SNIFF - len(head))
+        if not part:
+            break
+        head += part
+    raw = Prefixed(head, read)
+    for magic, opener in _OPENERS.items():
+        if head.startswith(magic):
+            return opener(raw).read, True
+    return raw.read, False
