@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from ..errors import SourceError
 from .base import Sink, Source, SourceOptions
+from .listing import list_shards
 from .local import LocalSink, LocalSource, local_path
 
 Opener = Callable[[str, int, SourceOptions], Source]
@@ -52,8 +53,14 @@ def rewrite_url(url: str) -> str:
     return url
 
 
-def open_source(url: str, offset: int = 0, options: SourceOptions | None = None) -> Source:
-    """Open the shard at ``url`` so that the first byte read is the one at ``offset``."""
+def open_source(
+    url: str, offset: int = 0, options: SourceOptions | None = None, *, sha256: str | None = None
+) -> Source:
+    """Open the shard at ``url`` so that the first byte read is the one at ``offset``.
+
+    With ``options.cache_dir`` set, remote shards are read through the local cache; there,
+    ``sha256`` (hex) is checked against each downloaded copy. Without a cache it is ignored.
+    """
     options = options or DEFAULT_OPTIONS
     url = rewrite_url(url)
     scheme = scheme_of(url)
@@ -63,6 +70,10 @@ def open_source(url: str, offset: int = 0, options: SourceOptions | None = None)
     opener = _OPENERS.get(scheme)
     if opener is None:
         raise SourceError(url, f"no reader for URL scheme {scheme!r}")
+    if options.cache_dir:
+        from .cache import open_cached
+
+        return open_cached(url, offset, options, opener, sha256)
     return opener(url, offset, options)
 
 
@@ -86,10 +97,11 @@ _loaded = False
 def _load_backends() -> None:
     """Import the remote backends on first use, so ``import wdsx`` stays light."""
     global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    from . import backends  # noqa: F401  (registers s3, http, pipe)
+    if not _loaded:
+        # Marked loaded only once imported: a thread racing this one waits on the import lock.
+        from . import backends  # noqa: F401  (registers s3, http, pipe)
+
+        _loaded = True
 
 
 __all__ = [
@@ -98,6 +110,7 @@ __all__ = [
     "SourceOptions",
     "LocalSink",
     "LocalSource",
+    "list_shards",
     "local_path",
     "open_sink",
     "open_source",

@@ -1,0 +1,61 @@
+"""http(s):// reads against a local Range-capable server; the served file's bytes are the oracle."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from tests.fixtures.servers import random_bytes, read_all
+from wdsx.errors import SourceError
+from wdsx.sources import SourceOptions, open_source
+
+DATA = random_bytes(2_000_003, seed=21)
+
+
+@pytest.fixture(scope="module")
+def name(http_server):
+    http_server.add("http-shard.tar", DATA)
+    return "http-shard.tar"
+
+
+@pytest.mark.parametrize("offset", [0, 1, 4096, 1_999_999, 2_000_003])
+def test_read_from_offset_sends_a_range_request(http_server, fault_proxy, name, offset):
+    proxy = fault_proxy(http_server.port)
+    with open_source(f"{proxy.url}/{name}", offset) as source:
+        assert source.local_path is None and source.seekable
+        assert read_all(source) == DATA[offset:]
+    (request,) = proxy.gets(name)
+    assert request.range == (f"bytes={offset}-" if offset else None)
+
+
+@pytest.mark.parametrize("offset", [0, 777_777])
+def test_server_ignoring_range_still_gives_the_right_bytes(http_server_ignoring_range, name, offset, caplog):
+    caplog.set_level(logging.INFO, logger="wdsx")
+    with open_source(http_server_ignoring_range.url(name), offset) as source:
+        assert read_all(source) == DATA[offset:]
+    ignored = [r for r in caplog.records if "ignored the range request" in r.getMessage()]
+    assert len(ignored) == (1 if offset else 0)
+
+
+def test_missing_file_names_url_and_status(http_server, fault_proxy):
+    proxy = fault_proxy(http_server.port)
+    url = f"{proxy.url}/no-such-shard.tar"
+    with pytest.raises(SourceError, match="HTTP 404") as caught:
+        open_source(url, 0, SourceOptions(backoff=5.0))
+    assert caught.value.url == url and url in str(caught.value)
+    assert len(proxy.gets()) == 1, "a 404 is not retried"
+
+
+def test_offset_past_the_end_names_the_size(http_server, name):
+    with pytest.raises(
+        SourceError, match="offset 2000004 is past the end of the resource \\(2000003 bytes\\)"
+    ):
+        open_source(http_server.url(name), 2_000_004)
+
+
+def test_unreachable_server_fails_after_retries(http_server):
+    url = "http://127.0.0.1:9/shard.tar"
+    with pytest.raises(SourceError, match="gave up after 1 retries") as caught:
+        open_source(url, 0, SourceOptions(retries=1, backoff=0.001, timeout=2))
+    assert "refused" in str(caught.value).lower()

@@ -1,0 +1,158 @@
+"""pipe:CMD sources and sinks: webdataset's semantics, and no process or descriptor left behind."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import shlex
+import signal
+
+import pytest
+
+from tests.fixtures.servers import random_bytes, read_all
+from wdsx.errors import SourceError
+from wdsx.sources import SourceOptions, open_sink, open_source
+from wdsx.sources.pipe import PipeSource
+
+DATA = random_bytes(3_000_001, seed=31)
+
+
+@pytest.fixture
+def shard(tmp_path):
+    path = tmp_path / "shard.tar"
+    path.write_bytes(DATA)
+    return shlex.quote(str(path))
+
+
+def open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def assert_gone(pid: int) -> None:
+    """The command was reaped (no zombie) and nothing is left in its process group."""
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+    assert not os.path.exists(f"/proc/{pid}")
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)
+
+
+def test_reads_the_command_output(shard):
+    with open_source(f"pipe:cat {shard}") as source:
+        assert source.local_path is None and not source.seekable
+        assert read_all(source) == DATA
+
+
+def test_offset_reads_and_discards_and_says_so_once(shard, caplog):
+    caplog.set_level(logging.INFO, logger="wdsx")
+    with open_source(f"pipe:cat {shard}", 1_500_000, SourceOptions(chunk=1 << 16)) as source:
+        assert read_all(source) == DATA[1_500_000:]
+    said = [r for r in caplog.records if r.name == "wdsx" and "cannot seek" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelno == logging.INFO
+
+
+def test_offset_beyond_the_stream_is_an_error(shard):
+    with pytest.raises(SourceError, match="stream ended at byte 3000001, before offset 4000000"):
+        open_source(f"pipe:cat {shard}", 4_000_000)
+
+
+@pytest.mark.parametrize("pipeline", ["cat {shard}", "cat {shard} | cat | cat"])
+def test_early_close_leaves_no_process_and_no_descriptor(shard, pipeline):
+    before = open_fds()
+    source = PipeSource(f"pipe:{pipeline.format(shard=shard)}", 0, SourceOptions())
+    assert source.read(1000) == DATA[:1000]
+    pid = source._process.pid
+    source.close()
+    source.close()
+    assert_gone(pid)
+    assert open_fds() == before
+
+
+def test_garbage_collection_reaps_the_command(shard):
+    before = open_fds()
+    source = PipeSource(f"pipe:cat {shard} | cat", 0, SourceOptions())
+    assert source.read(10) == DATA[:10]
+    pid = source._process.pid
+    del source
+    gc.collect()
+    assert_gone(pid)
+    assert open_fds() == before
+
+
+def test_abandoned_generator_reaps_the_command(shard):
+    def samples():
+        with open_source(f"pipe:cat {shard}") as source:
+            while data := source.read(1000):
+                yield data
+
+    before = open_fds()
+    stream = samples()
+    next(stream)
+    pid = stream.gi_frame.f_locals["source"]._process.pid
+    stream.close()
+    assert_gone(pid)
+    assert open_fds() == before
+
+
+@pytest.mark.parametrize(
+    "command, status", [("cat /nonexistent/shard.tar", 1), ("head -c 10 {shard}; exit 3", 3)]
+)
+def test_failing_command_raises_with_its_status(shard, command, status):
+    url = f"pipe:{command.format(shard=shard)}"
+    with open_source(url) as source:
+        with pytest.raises(SourceError, match=f"exited with status {status}") as caught:
+            read_all(source)
+    assert caught.value.url == url
+
+
+def test_sigpipe_status_is_not_an_error(shard):
+    with open_source(f"pipe:cat {shard}; exit 141") as source:
+        assert read_all(source) == DATA
+
+
+def test_secure_mode_refuses_pipes(shard, monkeypatch):
+    with pytest.raises(SourceError, match="pipe: URLs are disabled"):
+        open_source(f"pipe:cat {shard}", 0, SourceOptions(allow_pipe=False))
+    monkeypatch.setenv("WDS_SECURE", "1")
+    with pytest.raises(SourceError, match="pipe: URLs are disabled"):
+        open_source(f"pipe:cat {shard}")
+    with pytest.raises(SourceError, match="pipe: URLs are disabled"):
+        open_sink(f"pipe:cat > {shard}")
+
+
+def test_sink_writes_to_the_command_and_commit_checks_its_status(tmp_path):
+    target = tmp_path / "out.tar"
+    with open_sink(f"pipe:cat > {shlex.quote(str(target))}") as sink:
+        sink.write(DATA[:1000])
+        sink.write(DATA[1000:])
+    assert target.read_bytes() == DATA
+    sink = open_sink(f"pipe:cat > {shlex.quote(str(tmp_path / 'missing' / 'out.tar'))}")
+    sink.write(b"x")
+    with pytest.raises(SourceError, match="exited with status"):
+        sink.commit()
+
+
+def test_aborted_sink_reaps_the_command(tmp_path):
+    before = open_fds()
+    sink = open_sink(f"pipe:cat > {shlex.quote(str(tmp_path / 'out.tar'))}")
+    sink.write(b"partial")
+    pid = sink._process.pid
+    sink.abort()
+    assert_gone(pid)
+    assert open_fds() == before
+
+
+@pytest.mark.parametrize(
+    "command, status",
+    [("exec sleep 30", -signal.SIGTERM), ("sleep 30; cat {shard}", 128 + signal.SIGPIPE)],
+    ids=["command-alone", "shell-with-children"],
+)
+def test_command_that_is_not_writing_is_signalled_and_reaped(shard, command, status):
+    before = open_fds()
+    source = PipeSource(f"pipe:{command.format(shard=shard)}", 0, SourceOptions())
+    pid = source._process.pid
+    source.close()
+    assert_gone(pid)
+    assert source._process.returncode == status
+    assert open_fds() == before

@@ -1,0 +1,134 @@
+"""Dropped, reset and stalled connections mid-shard, for S3 and HTTP, through a fault-injecting proxy.
+
+The oracle is the shard's own bytes; the proxy counts what it forwarded and records each GET's
+``Range`` header, so the tests see that a retry continues at the last byte delivered.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+
+from tests.fixtures.servers import FaultProxy, random_bytes, read_all
+from wdsx.errors import SourceError
+from wdsx.sources import SourceOptions, open_source
+
+MiB = 1 << 20
+CUT_RANGE = (256 << 10, 1536 << 10)
+"""Server-to-client bytes after which the proxy cuts a connection: a few cuts per 4 MiB shard."""
+
+
+@dataclass
+class Remote:
+    """A shard stored on one of the test servers, reachable through a proxy."""
+
+    data: bytes
+    port: int
+    via: Callable[..., tuple[str, SourceOptions]]
+    """``via(proxy, **options) -> (url, options)`` reaching the shard through ``proxy``."""
+    replace: Callable[[bytes], None]
+    """Overwrites the stored shard with other content."""
+
+
+@pytest.fixture(scope="module")
+def s3_remote(s3_server):
+    bucket = s3_server.new_bucket()
+    data = random_bytes(4 * MiB + 123, seed=11)
+    client = s3_server.client()
+    client.put_object(Bucket=bucket, Key="shard.tar", Body=data)
+
+    def via(proxy, **options):
+        return f"s3://{bucket}/shard.tar", s3_server.options_via(proxy.url, **options)
+
+    def replace(content):
+        client.put_object(Bucket=bucket, Key="shard.tar", Body=content)
+
+    return Remote(data, s3_server.port, via, replace)
+
+
+@pytest.fixture(scope="module")
+def http_remote(http_server):
+    data = random_bytes(4 * MiB + 123, seed=12)
+    http_server.add("retry-shard.tar", data)
+
+    def via(proxy, **options):
+        return f"{proxy.url}/retry-shard.tar", SourceOptions(**options)
+
+    def replace(content):
+        http_server.add("retry-shard.tar", content)
+
+    return Remote(data, http_server.port, via, replace)
+
+
+@pytest.fixture(params=["s3", "http"])
+def remote(request):
+    return request.getfixturevalue(f"{request.param}_remote")
+
+
+def fast_retries(**changes) -> dict:
+    """Small reads (so little is in flight when a cut happens) and short backoff."""
+    return dict(dict(chunk=64 << 10, backoff=0.001, retries=5), **changes)
+
+
+def resumed_positions(proxy: FaultProxy) -> list[int]:
+    """The start offset of every GET the proxy saw, in order (0 for a GET without Range)."""
+    starts = []
+    for request in proxy.gets():
+        match = re.fullmatch(r"bytes=(\d+)-", request.range or "bytes=0-")
+        assert match, request.range
+        starts.append(int(match.group(1)))
+    return starts
+
+
+@pytest.mark.parametrize("fault", ["close", "reset"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("offset", [0, 1_234_567])
+def test_cut_connections_resume_at_the_last_byte(remote, fault_proxy, seed, fault, offset):
+    proxy = fault_proxy(remote.port, seed=seed, cut_after=CUT_RANGE, fault=fault)
+    url, options = remote.via(proxy, **fast_retries())
+    with open_source(url, offset, options) as source:
+        assert read_all(source, 100_000) == remote.data[offset:]
+    wanted = len(remote.data) - offset
+    assert proxy.cuts >= 1
+    if fault == "close":
+        # After an RST the client's kernel drops what it had received but not yet handed to
+        # the reader, so only a clean close makes the fetched total a measure of the client.
+        assert proxy.bytes_down < 1.1 * wanted, f"fetched {proxy.bytes_down} bytes for {wanted}"
+    starts = resumed_positions(proxy)
+    assert starts[0] == offset and len(starts) == proxy.cuts + 1
+    assert starts == sorted(set(starts)), "every retry starts further on, never from the start"
+
+
+def test_stalled_connection_times_out_and_resumes(remote, fault_proxy):
+    proxy = fault_proxy(remote.port, cut_after=(3 * MiB, 3 * MiB), fault="stall")
+    url, options = remote.via(proxy, **fast_retries(timeout=0.5))
+    with open_source(url, 0, options) as source:
+        assert read_all(source) == remote.data
+    starts = resumed_positions(proxy)
+    assert len(starts) == 2 and 0 < starts[1] <= 3 * MiB
+
+
+def test_gives_up_after_the_configured_retries(remote, fault_proxy):
+    proxy = fault_proxy(remote.port, cut_after=(0, 0))
+    url, options = remote.via(proxy, **fast_retries(retries=2))
+    with pytest.raises(SourceError, match="gave up after 2 retries") as caught:
+        open_source(url, 0, options)
+    assert caught.value.url == url
+    assert len(proxy.gets()) == 3
+
+
+def test_object_replaced_during_a_read_is_an_error(remote, fault_proxy):
+    proxy = fault_proxy(remote.port, cut_after=(2 * MiB, 2 * MiB))
+    url, options = remote.via(proxy, **fast_retries())
+    try:
+        with open_source(url, 0, options) as source:
+            assert source.read(MiB) == remote.data[: 64 << 10]
+            remote.replace(random_bytes(len(remote.data), seed=99))
+            with pytest.raises(SourceError, match="changed while reading") as caught:
+                read_all(source)
+        assert caught.value.url == url
+    finally:
+        remote.replace(remote.data)

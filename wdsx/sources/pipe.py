@@ -1,0 +1,229 @@
+"""``pipe:CMD`` shards, as in webdataset: a shell command whose standard output is the shard.
+
+Stopping early (``close()``, garbage collection, a generator closed mid-shard) closes the pipe
+and reaps the command: no orphaned ``aws``/``curl`` processes, no zombies, no leaked pipe
+descriptors. The command runs in its own process group, so one that does not exit when its
+output is closed gets SIGTERM, then SIGKILL, with everything it started (the shell is spared
+the first SIGTERM so that it reaps its children instead of orphaning them). Exit status 141
+(the shell's report of SIGPIPE) is not an error; any other non-zero status is, once the stream
+has ended. ``WDS_SECURE=1`` or ``SourceOptions(allow_pipe=False)`` refuses ``pipe:`` URLs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import time
+from typing import IO
+
+from ..errors import SourceError
+from .base import Sink, Source, SourceOptions
+
+log = logging.getLogger("wdsx")
+
+_SIGPIPE_STATUSES = frozenset((141, -signal.SIGPIPE))
+_SHELL = "/bin/sh"
+"""What ``subprocess.Popen(shell=True)`` runs commands with."""
+_GRACE_SECONDS = 1.0
+"""How long a stopped command may take to exit before it gets SIGTERM, then SIGKILL."""
+
+
+def _start(url: str, options: SourceOptions, **pipes: int) -> subprocess.Popen:
+    if not options.allow_pipe or os.environ.get("WDS_SECURE", "0") not in ("", "0"):
+        raise SourceError(url, "pipe: URLs are disabled (WDS_SECURE=1 or SourceOptions(allow_pipe=False))")
+    command = url[len("pipe:") :]
+    try:
+        return subprocess.Popen(command, shell=True, bufsize=options.chunk, start_new_session=True, **pipes)
+    except OSError as exn:
+        raise SourceError(url, f"cannot start command {command!r}: {exn}") from exn
+
+
+def _close_quietly(stream: IO[bytes] | None) -> None:
+    if stream is not None:
+        try:
+            stream.close()
+        except OSError:
+            pass
+
+
+def _reap(process: subprocess.Popen, patient: bool = True) -> None:
+    """Wait for the command to exit, stopping it with signals if it lingers.
+
+    A command whose output pipe was closed exits on its own at its next write (SIGPIPE), and the
+    shell reaps the pipeline it started, so a ``patient`` stop first just waits. Then the
+    processes the shell started get SIGTERM while the shell itself is spared, so that it is
+    still there to reap them; last, the whole group gets SIGTERM, then SIGKILL.
+    """
+    if patient and _exited_within(process, _GRACE_SECONDS):
+        return
+    deadline = time.monotonic() + _GRACE_SECONDS
+    while time.monotonic() < deadline:
+        _terminate_all_but_the_shell(process)
+        if _exited_within(process, 0.05):
+            return
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            pass
+        if _exited_within(process, _GRACE_SECONDS):
+            return
+    process.wait()
+
+
+def _exited_within(process: subprocess.Popen, seconds: float) -> bool:
+    try:
+        process.wait(timeout=seconds)
+        return True
+    except subprocess.TimeoutExpired:
+        return False
+
+
+def _terminate_all_but_the_shell(process: subprocess.Popen) -> None:
+    """SIGTERM every live process of the command's group except a shell that leads it."""
+    members = _group_members(process.pid)
+    if members is None:
+        members = [process.pid]
+    for pid in members:
+        if pid == process.pid and _runs_the_shell(pid):
+            continue
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+
+def _runs_the_shell(pid: int) -> bool:
+    try:
+        return os.readlink(f"/proc/{pid}/exe") == os.path.realpath(_SHELL)
+    except OSError:
+        return False
+
+
+def _group_members(group: int) -> list[int] | None:
+    """Live processes of a process group, read from ``/proc``; None where there is no ``/proc``."""
+    try:
+        entries = os.listdir("/proc")
+    except FileNotFoundError:
+        return None
+    members = []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != b"Z" and int(fields[2]) == group:
+            members.append(int(entry))
+    return members
+
+
+def _check_status(url: str, process: subprocess.Popen, status: int) -> None:
+    if status != 0 and status not in _SIGPIPE_STATUSES:
+        raise SourceError(url, f"command {process.args!r} exited with status {status}")
+
+
+class PipeSource(Source):
+    """The standard output of ``pipe:CMD``; starting at an offset reads and discards up to it."""
+
+    seekable = False
+
+    def __init__(self, url: str, offset: int = 0, options: SourceOptions | None = None):
+        options = options or SourceOptions()
+        self.url = url
+        self.local_path = None
+        self._options = options
+        self._process = _start(url, options, stdout=subprocess.PIPE)
+        self._stdout = self._process.stdout
+        self._ended = False
+        self._closed = False
+        if offset:
+            log.info(
+                "%s: a pipe cannot seek; reading and discarding %d bytes to reach the offset", url, offset
+            )
+            try:
+                self._discard(offset)
+            except BaseException:
+                self.close()
+                raise
+
+    def _discard(self, offset: int) -> None:
+        left = offset
+        while left > 0:
+            part = self.read(min(left, self._options.chunk))
+            if not part:
+                raise SourceError(self.url, f"stream ended at byte {offset - left}, before offset {offset}")
+            left -= len(part)
+
+    def read(self, n: int) -> bytes:
+        if self._closed:
+            raise ValueError(f"{self.url}: read from a closed source")
+        if self._ended:
+            return b""
+        data = self._stdout.read(n)
+        if not data and n > 0:
+            self._ended = True
+            self._finish()
+        return data
+
+    def _finish(self) -> None:
+        """At the end of the stream: wait for the command and check how it exited."""
+        self._stdout.close()
+        try:
+            status = self._process.wait(timeout=self._options.timeout)
+        except subprocess.TimeoutExpired as exn:
+            _reap(self._process)
+            raise SourceError(
+                self.url, f"command still running {self._options.timeout}s after its output ended"
+            ) from exn
+        _check_status(self.url, self._process, status)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = self._ended = True
+            _close_quietly(self._stdout)
+            _reap(self._process)
+
+    def __del__(self) -> None:
+        if hasattr(self, "_closed"):
+            self.close()
+
+
+class PipeSink(Sink):
+    """Writes a shard to the standard input of ``pipe:CMD``; commit waits for it to succeed."""
+
+    def __init__(self, url: str, options: SourceOptions | None = None):
+        self.url = url
+        self._process = _start(url, options or SourceOptions(), stdin=subprocess.PIPE)
+        self._stdin = self._process.stdin
+        self._finished = False
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self._stdin.write(data)
+        except BrokenPipeError as exn:
+            status = self._process.wait()
+            self._finished = True
+            raise SourceError(
+                self.url, f"command {self._process.args!r} exited with status {status}"
+            ) from exn
+
+    def commit(self) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        try:
+            self._stdin.close()
+        except BrokenPipeError:
+            pass
+        _check_status(self.url, self._process, self._process.wait())
+
+    def abort(self) -> None:
+        if not self._finished:
+            self._finished = True
+            _reap(self._process, patient=False)
+            _close_quietly(self._stdin)

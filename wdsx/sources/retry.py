@@ -1,0 +1,202 @@
+"""Remote reads that survive dropped connections by continuing at the first byte not yet delivered.
+
+A shard is fetched as one long response. When the connection drops, times out or ends early,
+:class:`ResumingSource` opens a new ranged request that starts exactly at the next byte the
+caller has not seen: no restart from the beginning of the shard, no duplicated and no missing
+bytes. Backends (S3, HTTP) only say how to open a response at a byte offset and which failures
+are worth another attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from ..errors import SourceError
+from .base import Source, SourceOptions
+
+log = logging.getLogger("wdsx")
+T = TypeVar("T")
+
+
+class TransientError(Exception):
+    """A failure worth another attempt: a refused, reset or timed-out connection, a 5xx reply."""
+
+
+class Body(Protocol):
+    def read(self, n: int) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class Response:
+    """An open remote response and what it says about the bytes it carries."""
+
+    body: Body
+    """Raises :class:`TransientError` when the connection fails while reading."""
+    start: int
+    """Offset of the body's first byte: 0 when the server ignored the requested range."""
+    end: int | None
+    """Offset one past the body's last byte (the object's size), when the server said it."""
+    version: str | None = None
+    """ETag or similar: a resumed read must see the same version of the object."""
+
+
+class _EmptyBody:
+    def read(self, n: int) -> bytes:
+        return b""
+
+    def close(self) -> None:
+        pass
+
+
+def empty_response(at: int) -> Response:
+    """What a stream opened exactly at the end of an object reads: nothing, at once."""
+    return Response(_EmptyBody(), at, at)
+
+
+Connect = Callable[[int], Response]
+"""Opens a response whose body starts at the given offset (or earlier, if Range is ignored)."""
+
+
+def content_range(value: str | None) -> tuple[int, int | None] | None:
+    """First byte and total size from a ``Content-Range: bytes FIRST-LAST/TOTAL`` header."""
+    match = re.fullmatch(r"bytes (\d+)-\d+/(\d+|\*)", (value or "").strip())
+    if not match:
+        return None
+    total = match.group(2)
+    return int(match.group(1)), None if total == "*" else int(total)
+
+
+class Attempts:
+    """Consecutive failures of one remote operation; waits with exponential backoff between them.
+
+    Progress resets the count, so a long shard over a flaky link only fails when
+    ``options.retries`` attempts in a row deliver nothing.
+    """
+
+    def __init__(self, url: str, options: SourceOptions):
+        self.url = url
+        self.options = options
+        self.failures = 0
+
+    def failed(self, exn: TransientError, doing: str) -> None:
+        """Wait before the next attempt, or raise :class:`SourceError` when none are left."""
+        self.failures += 1
+        if self.failures > self.options.retries:
+            raise SourceError(
+                self.url, f"{doing}: gave up after {self.options.retries} retries: {exn}"
+            ) from exn
+        delay = self.options.backoff * 2 ** (self.failures - 1) * random.uniform(0.75, 1.25)
+        log.warning(
+            "%s: %s: %s; retry %d of %d in %.2fs",
+            self.url,
+            doing,
+            exn,
+            self.failures,
+            self.options.retries,
+            delay,
+        )
+        time.sleep(delay)
+
+    def succeeded(self) -> None:
+        self.failures = 0
+
+
+def call_with_retries(url: str, options: SourceOptions, doing: str, action: Callable[[], T]) -> T:
+    """``action()``, attempted again after each :class:`TransientError` with backoff."""
+    attempts = Attempts(url, options)
+    while True:
+        try:
+            return action()
+        except TransientError as exn:
+            attempts.failed(exn, doing)
+
+
+class ResumingSource(Source):
+    """A remote shard read as one stream that reconnects where it stopped after a failure."""
+
+    def __init__(self, url: str, offset: int, options: SourceOptions, connect: Connect):
+        self.url = url
+        self.local_path = None
+        self.seekable = True
+        self.options = options
+        self.position = offset
+        """Offset of the next byte :meth:`read` returns."""
+        self._connect = connect
+        self._attempts = Attempts(url, options)
+        self._version: str | None = None
+        self._closed = False
+        self._response = self._open()
+
+    def _open(self) -> Response:
+        while True:
+            try:
+                response = self._connect(self.position)
+                break
+            except TransientError as exn:
+                self._attempts.failed(exn, f"opening at byte {self.position}")
+        if self._version is None:
+            self._version = response.version
+        elif response.version and response.version != self._version:
+            response.body.close()
+            raise SourceError(
+                self.url,
+                f"object changed while reading (version {self._version} became {response.version}) "
+                f"at byte {self.position}",
+            )
+        if response.start > self.position:
+            response.body.close()
+            raise SourceError(
+                self.url, f"asked for bytes from {self.position}, got bytes from {response.start}"
+            )
+        if response.start < self.position:
+            log.info(
+                "%s: server ignored the range request; reading and discarding %d bytes to reach byte %d",
+                self.url,
+                self.position - response.start,
+                self.position,
+            )
+        self._body_position = response.start
+        return response
+
+    def read(self, n: int) -> bytes:
+        if self._closed:
+            raise ValueError(f"{self.url}: read from a closed source")
+        while True:
+            response = self._response
+            try:
+                data = self._read_at_position(response, n)
+            except TransientError as exn:
+                response.body.close()
+                self._attempts.failed(exn, f"reading at byte {self.position}")
+                self._response = self._open()
+                continue
+            if data:
+                self.position += len(data)
+                self._attempts.succeeded()
+            return data
+
+    def _read_at_position(self, response: Response, n: int) -> bytes:
+        """Up to ``n`` bytes from :attr:`position`, first discarding what precedes it."""
+        while self._body_position < self.position:
+            skipped = response.body.read(min(self.position - self._body_position, self.options.chunk))
+            if not skipped:
+                raise TransientError(f"response ended at byte {self._body_position}")
+            self._body_position += len(skipped)
+        data = response.body.read(min(n, self.options.chunk))
+        self._body_position += len(data)
+        if not data and n > 0 and response.end is not None and self.position < response.end:
+            raise TransientError(f"connection closed at byte {self.position} of {response.end}")
+        return data
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._response.body.close()
