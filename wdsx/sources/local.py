@@ -50,7 +50,9 @@ class LocalSink(Sink):
         self.path = path
         directory = os.path.dirname(os.path.abspath(path))
         os.makedirs(directory, exist_ok=True)
-        fd, self._temp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".partial", dir=directory)
+        fd, self._temp = tempfile.mkstemp(
+            prefix="." + os.path.basename(path) + ".", suffix=".partial", dir=directory
+        )
         self._file = os.fdopen(fd, "wb")
         self.write = self._file.write
 
