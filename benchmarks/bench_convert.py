@@ -50,9 +50,10 @@ else:
     args = ["convert", src, os.path.join(out, "train"), "--maxcount", str(MAXCOUNT), "--quiet"]
     assert main([*args, "--workers", str(workers)]) == 0
 seconds = time.perf_counter() - started
-rss = lambda who: resource.getrusage(who).ru_maxrss / 1024
-print(json.dumps({"seconds": seconds, "rss_main_mb": rss(resource.RUSAGE_SELF),
-                  "rss_worker_mb": rss(resource.RUSAGE_CHILDREN)}))
+# VmHWM, not ru_maxrss: the latter keeps the high-water mark of the parent across fork+exec
+peak = int([line for line in open("/proc/self/status") if line.startswith("VmHWM")][0].split()[1])
+print(json.dumps({"seconds": seconds, "rss_main_mb": peak / 1024,
+                  "rss_worker_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
 """.replace("MAXCOUNT", str(MAXCOUNT))
 
 CONFIGS = (("webdataset ShardWriter loop", "webdataset", 1), ("wdsx convert --workers 1", "wdsx", 1))

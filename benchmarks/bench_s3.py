@@ -197,3 +197,84 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def _pipe_aws_urls(urls: list[str], endpoint_url: str) -> list[str]:
+    aws = shutil.which("aws", path=os.path.dirname(sys.executable)) or "aws"
+    return [f"pipe:{aws} s3 cp --only-show-errors --endpoint-url {endpoint_url} {url} -" for url in urls]
+
+
+def bench_s3_table(shard_paths: list[str], repeats: int = 3) -> list[tuple[str, str, str, str, str]]:
+    """Benchmark-table rows: whole pipelines over S3, wdsx (native ``s3://``) against
+    webdataset (``pipe:aws s3 cp ... -``), same server, same shards, same run; and the effect
+    of prefetching when every request has 20 ms of latency."""
+    import warnings
+
+    import webdataset
+
+    import wdsx
+    from benchmarks.measure import compare
+
+    warnings.filterwarnings("ignore")
+    size = sum(os.path.getsize(path) for path in shard_paths)
+    with SeaweedS3() as server:
+        bucket = server.new_bucket("bench")
+        client = server.client()
+        urls = []
+        for path in shard_paths:
+            key = f"shards/{os.path.basename(path)}"
+            client.upload_file(path, bucket, key)
+            urls.append(f"s3://{bucket}/{key}")
+        saved = {name: os.environ.get(name) for name in [*server.env, "AWS_CONFIG_FILE"]}
+        os.environ.update({**server.env, "AWS_CONFIG_FILE": os.devnull})
+        try:
+            piped = _pipe_aws_urls(urls, server.endpoint_url)
+            rates = compare(
+                {
+                    "wdsx": lambda: sum(
+                        1 for _ in wdsx.WebDataset(urls, options=server.options, manifest=False)
+                    ),
+                    "webdataset": lambda: sum(1 for _ in webdataset.WebDataset(piped, shardshuffle=False)),
+                },
+                repeats,
+            )
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+        samples = sum(count_samples(path) for path in shard_paths)
+        mb_per_sample = size / samples / 1e6
+        rows = [
+            (
+                f"s3:// raw iteration, {len(urls)} x {size / len(urls) / 1e6:.0f} MB shards "
+                "(webdataset: pipe:aws s3 cp)",
+                f"{rates['wdsx']:,.0f} /s, {rates['wdsx'] * mb_per_sample:,.0f} MB/s",
+                f"{rates['webdataset']:,.0f} /s, {rates['webdataset'] * mb_per_sample:,.0f} MB/s",
+                f"{rates['wdsx'] / rates['webdataset']:.2f}x",
+                ">= 1.5x",
+            )
+        ]
+        proxy = FaultProxy(server.port, latency=0.02).start()
+        try:
+            options = {depth: server.options_via(proxy.url, prefetch=depth) for depth in (0, 4)}
+            prefetch = compare(
+                {
+                    depth: (lambda o=o: sum(1 for _ in wdsx.WebDataset(urls, options=o, manifest=False)))
+                    for depth, o in options.items()
+                },
+                repeats,
+            )
+        finally:
+            proxy.stop()
+        rows.append(
+            (
+                "s3:// with 20 ms latency per request: no prefetch / prefetch 4 shards",
+                f"{prefetch[0]:,.0f} / {prefetch[4]:,.0f} /s",
+                "",
+                f"{prefetch[4] / prefetch[0]:.2f}x from prefetch",
+                "",
+            )
+        )
+        return rows

@@ -103,13 +103,38 @@ def resume_section() -> list[Row]:
 def s3_section() -> list[Row]:
     from benchmarks.bench_s3 import bench_s3_table
 
-    return bench_s3_table(data.jpeg_shards())
+    return bench_s3_table(data.jpeg_shards()[:8])
 
 
 def convert_section() -> list[Row]:
-    from benchmarks.bench_convert import bench_convert_table
+    from benchmarks.bench_convert import CONFIGS, run_benchmark
 
-    return bench_convert_table()
+    baseline, one, two = (label for label, _, _ in CONFIGS)
+    table: dict[int, dict[str, dict]] = {}
+    for row in run_benchmark(sizes=(5000, 20000), repeats=3):
+        table.setdefault(row["images"], {})[row["config"]] = row
+    rows: list[Row] = []
+    for size, measured in table.items():
+        loop, single, double = (measured[label]["images_per_s"] for label in (baseline, one, two))
+        rows.append(
+            (
+                f"convert {size:,} images, --workers 1 / 2 (webdataset: a ShardWriter loop)",
+                f"{single:,.0f} / {double:,.0f} img/s",
+                f"{loop:,.0f} img/s",
+                f"{single / loop:.2f}x / {double / loop:.2f}x; 2 vs 1 worker: {double / single:.2f}x",
+                "",
+            )
+        )
+        rows.append(
+            (
+                f"convert {size:,} images, peak RSS (main / each worker)",
+                f"{measured[two]['rss_main_mb']:.0f} / {measured[two]['rss_worker_mb']:.0f} MB",
+                f"{measured[baseline]['rss_main_mb']:.0f} MB",
+                "",
+                "flat in folder size",
+            )
+        )
+    return rows
 
 
 SECTIONS = {"read": read_section, "resume": resume_section, "s3": s3_section, "convert": convert_section}
