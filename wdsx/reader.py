@@ -13,7 +13,7 @@ decompressed bytes before the offset are skipped (logged once per shard).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,7 @@ from .compression import named_compressed, uncompressed
 from .errors import ShardError, reraise_exception
 from .samples import POSITION, Cursor, group_members, sample_starts
 from .sources import SourceOptions, open_source
+from .sources.prefetch import Prefetcher
 from .stage import Run, Stage
 from .tar import iter_members, scan_headers
 
@@ -40,14 +41,29 @@ class ReadSettings:
     select_files: Callable[[str], bool] | None = None
     rename_files: Callable[[str], str] | None = None
     add_local_path: bool = False
+    sha256: dict[str, str] | None = None
+    """Expected SHA-256 per URL (from a manifest), checked when shards go through the cache."""
+
+    def expected_hash(self, url: str) -> str | None:
+        return self.sha256.get(url) if self.sha256 else None
+
+
+def stream_offset(url: str, offset: int) -> int:
+    """Where a shard's byte stream must be opened to reach tar offset ``offset``."""
+    return 0 if named_compressed(url) else offset
 
 
 class _TarStream:
     """The tar byte stream of one shard, possibly compressed, starting at a tar offset."""
 
-    def __init__(self, url: str, offset: int, options: SourceOptions):
+    def __init__(self, url: str, offset: int, settings: ReadSettings, prefetcher: Prefetcher | None = None):
         compressed = named_compressed(url)
-        self.source = open_source(url, 0 if compressed else offset, options)
+        opened_at = stream_offset(url, offset)
+        sha256 = settings.expected_hash(url)
+        if prefetcher is not None:
+            self.source = prefetcher.open(url, opened_at, sha256)
+        else:
+            self.source = open_source(url, opened_at, settings.options, sha256=sha256)
         self.local_path = self.source.local_path
         self.read = self.source.read
         if compressed or offset == 0:
@@ -71,18 +87,21 @@ def read_piece(
     stop: int | None,
     settings: ReadSettings,
     extra: dict[str, Any] | None = None,
+    prefetcher: Prefetcher | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Samples of one shard from ``cursor`` (offset and ordinal) up to ordinal ``stop``.
 
     A cursor whose offset is None starts at its ordinal: local shards find it by scanning
     headers, other shards are read from the start and the samples before it skipped.
+    ``prefetcher`` hands over the shard if it was opened ahead of time.
     """
     offset, first = cursor.offset, cursor.ordinal
     if offset is None:
         offset = _locate(url, first, settings)
         if offset is not None:
             cursor.offset = offset
-    stream = _TarStream(url, offset or 0, settings.options)
+    stream = _TarStream(url, offset or 0, settings, prefetcher)
+    pad = bool(extra and extra.get("__pad__"))
     try:
         if settings.add_local_path and stream.local_path is not None:
             extra = {**(extra or {}), "__local_path__": stream.local_path}
@@ -101,12 +120,12 @@ def read_piece(
             select_files=settings.select_files,
             extra=extra,
         )
-        if offset is None:
-            for sample in samples:
-                if sample[POSITION][2] >= first:
-                    yield sample
-        else:
-            yield from samples
+        for sample in samples:
+            if offset is None and sample[POSITION][2] < first:
+                continue
+            if pad:
+                sample[POSITION] += (True,)
+            yield sample
         if failure:
             raise failure[0]
     finally:
@@ -152,8 +171,6 @@ def read_positions(positions: Sequence[tuple], settings: ReadSettings) -> list[d
         sample = next(read_piece(url, cursor, ordinal + 1, settings, extra), None)
         if sample is None:
             raise ShardError(url, offset, f"no sample {ordinal} at this offset while restoring a buffer")
-        if extra:
-            sample[POSITION] = (url, offset, ordinal, True)
         samples.append(sample)
     return samples
 
@@ -202,6 +219,15 @@ class _Progress:
             state["plan"] = self.plan.to_json()
         return state
 
+    @classmethod
+    def attach(cls, run: Run, index: int) -> _Progress:
+        """A cursor registered with ``run``, restored from its checkpoint if it has one."""
+        progress = cls()
+        saved = run.register(index, progress)
+        if saved is not None:
+            progress.restore(saved)
+        return progress
+
     def restore(self, saved: dict) -> None:
         self.restored = True
         self.span, self.pos = saved["span"], saved["pos"]
@@ -214,9 +240,18 @@ class _Progress:
             self.explicit = True
 
 
-def _skip_item(handler: Handler, exn: Exception) -> bool:
-    """Ask the handler about a failed shard; True means go on with the next one."""
-    return bool(handler(exn))
+def _deliver(samples: Iterator[dict[str, Any]], run: Run, handler: Handler, cursor: Cursor) -> Generator:
+    """Yield a shard's samples, telling the run each one's position. A read error goes to
+    the handler: True skips the rest of the shard, False ends the stream (returns False)."""
+    try:
+        for sample in samples:
+            run.position = sample[POSITION]
+            yield sample
+    except Exception as exn:
+        if not handler(exn):
+            return False
+        cursor.done = True
+    return True
 
 
 class ShardReader(Stage):
@@ -318,10 +353,7 @@ class ShardReader(Stage):
 
     # --- reading ----------------------------------------------------------------------
     def apply(self, upstream: Iterator | None, run: Run, index: int) -> Iterator:
-        progress = _Progress()
-        saved = run.register(index, progress)
-        if saved is not None:
-            progress.restore(saved)
+        progress = _Progress.attach(run, index)
         if self.resampled:
             return self._resampled(run, progress)
         order, plan = self.plan_for(run, index)
@@ -338,34 +370,40 @@ class ShardReader(Stage):
             progress.leftover += 1
             run.position = sample[POSITION]
             yield sample
-        restored = progress.restored
-        for span_index in range(progress.span, len(plan.spans)):
-            span = plan.spans[span_index]
-            extra = {"__pad__": True} if span.pad else None
-            for piece in planning.pieces(span):
-                if restored:
-                    if piece.pos < progress.pos or (piece.pos == progress.pos and progress.cursor.done):
-                        continue
-                    cursor = progress.cursor
-                    restored = False
-                else:
-                    cursor = Cursor(piece.offset, piece.first)
+        work = self._remaining_work(plan, progress)
+        with Prefetcher(settings.options) as prefetcher:
+            for number, (span_index, piece, cursor) in enumerate(work):
+                for _, ahead, _ in work[number + 1 : number + 1 + settings.options.prefetch]:
+                    if ahead.offset is not None:
+                        ahead_url = urls[order[ahead.pos]]
+                        offset = stream_offset(ahead_url, ahead.offset)
+                        prefetcher.schedule(ahead_url, offset, settings.expected_hash(ahead_url))
                 progress.span, progress.pos, progress.cursor = span_index, piece.pos, cursor
-                url = urls[order[piece.pos]]
-                try:
-                    for sample in read_piece(url, cursor, piece.stop, settings, extra):
-                        if extra:
-                            sample[POSITION] += (True,)
-                        run.position = sample[POSITION]
-                        yield sample
-                except Exception as exn:
-                    if not _skip_item(handler, exn):
-                        progress.done = True
-                        return
-                    cursor.done = True
-            restored = False
+                extra = {"__pad__": True} if piece.pad else None
+                samples = read_piece(urls[order[piece.pos]], cursor, piece.stop, settings, extra, prefetcher)
+                if not (yield from _deliver(samples, run, handler, cursor)):
+                    progress.done = True
+                    return
         progress.span = len(plan.spans)
         progress.done = True
+
+    @staticmethod
+    def _remaining_work(
+        plan: planning.ConsumerPlan, progress: _Progress
+    ) -> list[tuple[int, planning.Piece, Cursor]]:
+        """The pieces still to read, each with the cursor to start it from (a restored
+        checkpoint's cursor for the piece it was in)."""
+        work = []
+        for span_index in range(progress.span, len(plan.spans)):
+            for piece in planning.pieces(plan.spans[span_index]):
+                if progress.restored and span_index == progress.span:
+                    if piece.pos < progress.pos or (piece.pos == progress.pos and progress.cursor.done):
+                        continue
+                    if piece.pos == progress.pos:
+                        work.append((span_index, piece, progress.cursor))
+                        continue
+                work.append((span_index, piece, Cursor(piece.offset, piece.first)))
+        return work
 
     def _resampled(self, run: Run, progress: _Progress) -> Iterator:
         """Shards drawn with replacement from a per-consumer random stream, without end."""
@@ -380,14 +418,9 @@ class ShardReader(Stage):
                 progress.pos = shard
                 progress.cursor = Cursor(0, 0)
             cursor = progress.cursor
-            try:
-                for sample in read_piece(self.urls[progress.pos], cursor, None, self.settings):
-                    run.position = sample[POSITION]
-                    yield sample
-            except Exception as exn:
-                if not _skip_item(self.settings.handler, exn):
-                    return
-                cursor.done = True
+            samples = read_piece(self.urls[progress.pos], cursor, None, self.settings)
+            if not (yield from _deliver(samples, run, self.settings.handler, cursor)):
+                return
 
     def read_positions(self, positions: Sequence[tuple]) -> list[dict[str, Any]]:
         return read_positions(positions, self.settings)
@@ -417,11 +450,7 @@ class TarExpander(Stage):
         return "tarfile_to_samples"
 
     def apply(self, upstream: Iterator | None, run: Run, index: int) -> Iterator:
-        progress = _Progress()
-        saved = run.register(index, progress)
-        if saved is not None:
-            progress.restore(saved)
-        return self._expand(upstream, run, progress)
+        return self._expand(upstream, run, _Progress.attach(run, index))
 
     def _expand(self, upstream: Iterator, run: Run, progress: _Progress) -> Iterator:
         settings, handler = self.settings, self.settings.handler
@@ -435,14 +464,8 @@ class TarExpander(Stage):
                 cursor = Cursor(0, 0)
                 progress.taken, progress.cursor = number + 1, cursor
             url = item["url"] if isinstance(item, dict) else item
-            try:
-                for sample in read_piece(url, cursor, None, settings):
-                    run.position = sample[POSITION]
-                    yield sample
-            except Exception as exn:
-                if not _skip_item(handler, exn):
-                    return
-                cursor.done = True
+            if not (yield from _deliver(read_piece(url, cursor, None, settings), run, handler, cursor)):
+                return
         progress.done = True
 
     def read_positions(self, positions: Sequence[tuple]) -> list[dict[str, Any]]:
