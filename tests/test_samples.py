@@ -44,7 +44,7 @@ def webdataset_samples(data: bytes, **kw) -> list[dict]:
 
 
 def wdsx_samples(data: bytes, **kw) -> list[dict]:
-    samples = group_members(iter_members(io.BytesIO(data).read, "mem"), "mem", Cursor(0, 0), **kw)
+    samples = group_members(iter_members(io.BytesIO(data), "mem"), "mem", Cursor(0, 0), **kw)
     return [{k: v for k, v in s.items() if k != POSITION} for s in samples]
 
 
@@ -96,7 +96,7 @@ def test_random_groupings_match_webdataset(pairs):
 
 def test_positions_point_at_each_samples_first_header():
     data = tar_bytes([(f"k{i}.{ext}", bytes([i])) for i in range(5) for ext in ("a", "b")])
-    samples = list(group_members(iter_members(io.BytesIO(data).read, "mem"), "mem", Cursor(0, 0)))
+    samples = list(group_members(iter_members(io.BytesIO(data), "mem"), "mem", Cursor(0, 0)))
     stream = io.BytesIO(data)
     starts = list(sample_starts(scan_headers(stream.read, lambda n: stream.seek(n, 1), "mem")))
     assert [(s[POSITION][2], s[POSITION][1]) for s in samples] == starts
@@ -104,14 +104,14 @@ def test_positions_point_at_each_samples_first_header():
         url, offset, ordinal = sample[POSITION]
         stream = io.BytesIO(data)
         stream.seek(offset)
-        again = next(group_members(iter_members(stream.read, url, offset), url, Cursor(offset, ordinal)))
+        again = next(group_members(iter_members(stream, url, offset), url, Cursor(offset, ordinal)))
         assert again == sample
 
 
 def test_cursor_tracks_the_next_sample_and_stops():
     data = tar_bytes([(f"k{i}.{ext}", b"") for i in range(5) for ext in ("a", "b")])
     cursor = Cursor(0, 0)
-    samples = group_members(iter_members(io.BytesIO(data).read, "mem"), "mem", cursor, stop=3)
+    samples = group_members(iter_members(io.BytesIO(data), "mem"), "mem", cursor, stop=3)
     seen = []
     for sample in samples:
         seen.append((sample["__key__"], cursor.ordinal, cursor.done))

@@ -22,8 +22,20 @@ def tarfile_members(data: bytes) -> list[tuple[str, bytes]]:
         return [(m.name, archive.extractfile(m).read()) for m in archive if m.isreg()]
 
 
-def wdsx_members(data: bytes, chunk: int = 1 << 20) -> list[tuple[str, bytes]]:
-    return [(name, payload) for name, _, payload in iter_members(io.BytesIO(data).read, "mem", chunk=chunk)]
+class Trickle:
+    """A read-only stream (no readinto) that returns fewer bytes than asked, like a pipe."""
+
+    def __init__(self, data: bytes, step: int):
+        self.stream = io.BytesIO(data)
+        self.step = step
+
+    def read(self, n: int) -> bytes:
+        return self.stream.read(min(n, self.step))
+
+
+def wdsx_members(data: bytes, chunk: int = 1 << 20, trickle: int = 0) -> list[tuple[str, bytes]]:
+    stream = Trickle(data, trickle) if trickle else io.BytesIO(data)
+    return [(name, payload) for name, _, payload in iter_members(stream, "mem", chunk=chunk)]
 
 
 names = st.text(
@@ -40,13 +52,14 @@ payloads = st.binary(max_size=3000)
     members=st.lists(st.tuples(paths, payloads), min_size=0, max_size=12),
     fmt=st.sampled_from(sorted(FORMATS)),
     chunk=st.sampled_from([512, 1024, 4096, 1 << 20]),
+    trickle=st.sampled_from([0, 1, 333, 5000]),
 )
-def test_random_archives_match_tarfile(members, fmt, chunk):
+def test_random_archives_match_tarfile(members, fmt, chunk, trickle):
     try:
         data = tar_bytes(members, FORMATS[fmt])
     except (ValueError, UnicodeEncodeError):  # the format cannot hold such a name
         return
-    assert wdsx_members(data, chunk) == tarfile_members(data)
+    assert wdsx_members(data, chunk, trickle) == tarfile_members(data)
 
 
 def build_mixed(fmt: int) -> bytes:
@@ -86,10 +99,10 @@ def test_every_offset_resumes_at_its_member(fmt):
         members = [(f"x/{i}.txt", data) for i, (_, data) in enumerate(members)]
     data = tar_bytes(members, FORMATS[fmt])
     expected = tarfile_members(data)
-    for number, (_, offset, _) in enumerate(iter_members(io.BytesIO(data).read, "mem")):
+    for number, (_, offset, _) in enumerate(iter_members(io.BytesIO(data), "mem")):
         stream = io.BytesIO(data)
         stream.seek(offset)
-        rest = [(n, p) for n, _, p in iter_members(stream.read, "mem", start=offset)]
+        rest = [(n, p) for n, _, p in iter_members(stream, "mem", start=offset)]
         assert rest == expected[number:]
 
 
@@ -97,7 +110,7 @@ def test_header_scan_finds_the_same_members():
     data = build_mixed(tarfile.PAX_FORMAT)
     stream = io.BytesIO(data)
     scanned = list(scan_headers(stream.read, lambda n: stream.seek(n, 1), "mem"))
-    read = list(iter_members(io.BytesIO(data).read, "mem"))
+    read = list(iter_members(io.BytesIO(data), "mem"))
     assert [(name, offset, len(payload)) for name, offset, payload in read] == scanned
 
 

@@ -10,6 +10,7 @@ import bz2
 import gzip
 import lzma
 from collections.abc import Callable
+from typing import Any
 
 COMPRESSED_SUFFIXES = (".gz", ".tgz", ".bz2", ".tbz", ".tbz2", ".xz", ".txz")
 _OPENERS: dict[bytes, Callable] = {
@@ -27,6 +28,11 @@ class Prefixed:
         self.head = head
         self._read = read
 
+    def readinto(self, buffer: memoryview) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
     def read(self, n: int = -1) -> bytes:
         if not self.head:
             return self._read(n)
@@ -42,8 +48,9 @@ def named_compressed(url: str) -> bool:
     return url.endswith(COMPRESSED_SUFFIXES)
 
 
-def uncompressed(read: Callable[[int], bytes]) -> tuple[Callable[[int], bytes], bool]:
-    """The tar bytes of a stream that may be compressed, and whether it was."""
+def uncompressed(read: Callable[[int], bytes]) -> tuple[Any, bool]:
+    """The tar byte stream (an object with ``read`` and ``readinto``) of a stream that may be
+    compressed, and whether it was."""
     head = b""
     while len(head) < _SNIFF:
         part = read(_SNIFF - len(head))
@@ -53,5 +60,5 @@ def uncompressed(read: Callable[[int], bytes]) -> tuple[Callable[[int], bytes], 
     raw = Prefixed(head, read)
     for magic, opener in _OPENERS.items():
         if head.startswith(magic):
-            return opener(raw).read, True
-    return raw.read, False
+            return opener(raw), True
+    return raw, False

@@ -99,16 +99,19 @@ class WebDataset(DataPipeline):
         options: SourceOptions | None = None,
     ):
         super().__init__(seed=seed)
-        self.urls = expand_urls(urls)
+        self.options = _source_options(options, cache_dir, cache_size)
+        self.urls = expand_urls(urls, self.options)
         if empty_check and not self.urls:
             raise ValueError(f"WebDataset: no shards in {urls!r}")
         resampled = resampled or mode == "resampled"
         if nodesplitter is single_node_only:
             single_node_only(iter(()))
         split_ranks, split_workers, custom = _splitting(nodesplitter, workersplitter)
-        self.options = _source_options(options, cache_dir, cache_size)
         self.manifest = self._find_manifest(manifest)
-        settings = ReadSettings(self.options, handler, _file_selector(select_files), rename_files, True)
+        hashes = {url: self.manifest.sha256_for(url) for url in self.urls} if self.manifest else None
+        settings = ReadSettings(
+            self.options, handler, _file_selector(select_files), rename_files, True, hashes
+        )
         self.reader = ShardReader(
             self.urls,
             settings,

@@ -220,8 +220,8 @@ def _read_all(read: Callable[[int], bytes]) -> bytes:
 
 def _count(url: str, read: Callable[[int], bytes], skip: Callable[[int], object] | None) -> int:
     """Samples in a tar stream, grouped exactly as readers group them; compression is detected."""
-    tar_read, compressed = uncompressed(read)
-    headers = scan_headers(tar_read, None if compressed else skip, url)
+    stream, compressed = uncompressed(read)
+    headers = scan_headers(stream.read, None if compressed else skip, url)
     members = ((name, offset, b"") for name, offset, _ in headers)
     return sum(1 for _ in group_members(members, url, Cursor(0, 0)))
 

@@ -65,9 +65,10 @@ class _TarStream:
         else:
             self.source = open_source(url, opened_at, settings.options, sha256=sha256)
         self.local_path = self.source.local_path
-        self.read = self.source.read
+        stream: Any = self.source
         if compressed or offset == 0:
-            self.read, compressed = uncompressed(self.source.read)
+            stream, compressed = uncompressed(self.source.read)
+        self.read, self.readinto = stream.read, stream.readinto
         if compressed and offset:
             log.info("%s is compressed: re-reading it from the start to reach offset %d", url, offset)
             remaining = offset
@@ -107,7 +108,7 @@ def read_piece(
             extra = {**(extra or {}), "__local_path__": stream.local_path}
         if offset is None:
             cursor.offset, cursor.ordinal = 0, 0
-        members = iter_members(stream.read, url, offset or 0, settings.options.chunk)
+        members = iter_members(stream, url, offset or 0, settings.options.chunk)
         failure: list[Exception] = []
         if settings.handler is not reraise_exception:
             members = _until_error(members, failure)

@@ -21,6 +21,7 @@ import braceexpand
 
 from . import distributed, rng
 from .plan import epoch_order
+from .sources import SourceOptions, list_shards
 from .stage import Run, Stage
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
@@ -38,8 +39,9 @@ def envsubst(url: str) -> str:
     return re.sub(r"\$\{(\w+)\}", lookup, url)
 
 
-def expand_urls(urls: str | Iterable[str]) -> list[str]:
-    """Expand a pattern string (or pass a list through) into the list of shard URLs."""
+def expand_urls(urls: str | Iterable[str], options: SourceOptions | None = None) -> list[str]:
+    """Expand a pattern string (or pass a list through) into the list of shard URLs;
+    ``options`` are used to list S3 prefixes and globs."""
     if not isinstance(urls, str):
         return [str(url) for url in urls]
     result: list[str] = []
@@ -50,19 +52,17 @@ def expand_urls(urls: str | Iterable[str]) -> list[str]:
                 break
             pattern = substituted
         for url in braceexpand.braceexpand(pattern):
-            result.extend(_listed(url))
+            result.extend(_listed(url, options))
     return result
 
 
-def _listed(url: str) -> list[str]:
+def _listed(url: str, options: SourceOptions | None) -> list[str]:
     """A URL, or the shards a glob or an ``s3://.../`` prefix names."""
     if url.startswith("pipe:") or not (
         _GLOB_CHARS.search(url) or (url.startswith("s3://") and url.endswith("/"))
     ):
         return [url]
-    from .sources import list_shards
-
-    found = list_shards(url)
+    found = list_shards(url, options)
     if not found:
         raise ValueError(f"{url}: the pattern matches no shards")
     return found

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Iterator
+from typing import Protocol
 
 from .errors import ShardError
 
@@ -94,19 +95,66 @@ def _parse_pax(data: bytes, url: str, offset: int) -> dict[str, str]:
     return records
 
 
-def iter_members(
-    read: Callable[[int], bytes], url: str, start: int = 0, chunk: int = CHUNK
-) -> Iterator[Member]:
+class Readable(Protocol):
+    """A byte stream: ``read(n)``, and ideally ``readinto(buffer)`` (used when present)."""
+
+    def read(self, n: int) -> bytes: ...
+
+
+def readinto_of(stream: Readable) -> Callable[[memoryview], int]:
+    """The stream's ``readinto``, or one built from its ``read``."""
+    readinto = getattr(stream, "readinto", None)
+    if readinto is not None:
+        return readinto
+    read = stream.read
+
+    def copy_into(buffer: memoryview) -> int:
+        data = read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    return copy_into
+
+
+def _fill(readinto: Callable[[memoryview], int], view: memoryview, filled: int, need: int) -> int:
+    """Read into ``view`` after its first ``filled`` bytes until ``need`` are there or the
+    stream ends; returns how many are there."""
+    while filled < need:
+        count = readinto(view[filled:])
+        if not count:
+            break
+        filled += count
+    return filled
+
+
+def _discard(readinto: Callable[[memoryview], int], scratch: memoryview, count: int) -> int:
+    """Read and drop ``count`` bytes; returns how many could be dropped."""
+    dropped = 0
+    while dropped < count:
+        got = readinto(scratch[: min(len(scratch), count - dropped)])
+        if not got:
+            break
+        dropped += got
+    return dropped
+
+
+def iter_members(stream: Readable, url: str, start: int = 0, chunk: int = CHUNK) -> Iterator[Member]:
     """Yield ``(name, header_offset, data)`` for every regular file in a tar byte stream.
 
-    ``read(n)`` returns up to ``n`` bytes (``b""`` at the end). ``start`` is the offset in the
-    tar stream at which ``read`` begins; it must be a member's first header (or 0). The offset
-    yielded is that of the member's first header (its pax or GNU long-name header when it has
-    one), so a reader can later resume from it. A stream that ends without tar's
-    end-of-archive block is reported as truncated.
+    ``start`` is the offset in the tar stream at which ``stream`` begins; it must be a member's
+    first header (or 0). The offset yielded is that of the member's first header (its pax or
+    GNU long-name header when it has one), so a reader can later resume from it. A stream that
+    ends without tar's end-of-archive block is reported as truncated.
+
+    The stream is read in large blocks into one reusable buffer; each member's data is copied
+    out of it once.
     """
-    buf = b""
-    pos = 0  # position of the next header in buf
+    readinto = readinto_of(stream)
+    buf = bytearray(max(chunk, 4 * BLOCK))
+    view = memoryview(buf)
+    capacity = len(buf)
+    filled = 0  # bytes of buf holding stream data
+    pos = 0  # buffer position of the next header
     base = start  # stream offset of buf[0]
     adler = zlib.adler32
     long_name: str | None = None
@@ -116,21 +164,22 @@ def iter_members(
     header, offset = b"", start
     while True:
         end = pos + BLOCK
-        if end > len(buf):
-            if pos > len(buf):  # the padding of the last member lies beyond the buffer
-                skip = pos - len(buf)
-                if len(_read_exact(read, skip)) < skip:
+        if end > filled:
+            if pos > filled:  # the padding of the last member lies beyond the buffer
+                if _discard(readinto, view, pos - filled) < pos - filled:
                     raise ShardError(url, offset, "stream ends inside a member's padding", _safe_name(header))
-                base += pos
-                buf, pos = b"", 0
-            buf = buf[pos:] + _read_exact(read, max(chunk, BLOCK))
-            base += pos
+                base, filled = base + pos, 0
+            else:
+                rest = bytes(view[pos:filled])
+                base, filled = base + pos, len(rest)
+                view[:filled] = rest
             pos, end = 0, BLOCK
-            if len(buf) < BLOCK:
-                if not buf:
+            filled = _fill(readinto, view, filled, BLOCK)
+            if filled < BLOCK:
+                if not filled:
                     reason = "empty file" if base == 0 else "stream ends without an end-of-archive block"
                     raise ShardError(url, base, reason + " (truncated shard?)")
-                raise ShardError(url, base, f"truncated tar header ({len(buf)} of 512 bytes)")
+                raise ShardError(url, base, f"truncated tar header ({filled} of 512 bytes)")
         header = buf[pos:end]
         low = adler(header) & 0xFFFF
         if low == 1 and header == _ZERO_BLOCK:
@@ -159,15 +208,36 @@ def iter_members(
         elif global_size is not None:
             size = global_size
         data_end = end + size
-        if data_end > len(buf):
-            buf = buf[pos:] + _read_exact(read, max(data_end - len(buf), chunk))
-            base += pos
-            pos, end, data_end = 0, BLOCK, BLOCK + size
-            if data_end > len(buf):
+        padded_end = end + ((size + BLOCK - 1) & ~(BLOCK - 1))
+        if data_end <= filled:
+            data = bytes(view[end:data_end])
+            pos = padded_end
+        elif size + BLOCK <= capacity:  # move the member to the front, then read the rest of it
+            rest = bytes(view[pos:filled])
+            base, filled = base + pos, len(rest)
+            view[:filled] = rest
+            end, data_end, padded_end = BLOCK, BLOCK + size, BLOCK + (padded_end - end)
+            filled = _fill(readinto, view, filled, data_end)
+            if filled < data_end:
                 name = long_name or pax.get("path") or _member_name(header)
-                present = len(buf) - BLOCK
-                raise ShardError(url, offset, f"truncated member: {present} of {size} bytes present", name)
-        pos = end + ((size + BLOCK - 1) & ~(BLOCK - 1))
+                raise ShardError(
+                    url, offset, f"truncated member: {filled - BLOCK} of {size} bytes present", name
+                )
+            data = bytes(view[end:data_end])
+            pos = padded_end
+        else:  # a member larger than the buffer is assembled outside it
+            data = bytearray(size)
+            have = filled - end
+            data[:have] = view[end:filled]
+            got = _fill(readinto, memoryview(data), have, size)
+            if got < size:
+                name = long_name or pax.get("path") or _member_name(header)
+                raise ShardError(url, offset, f"truncated member: {got} of {size} bytes present", name)
+            data = bytes(data)
+            padding = padded_end - data_end
+            if _discard(readinto, view, padding) < padding:
+                raise ShardError(url, offset, "stream ends inside a member's padding", _safe_name(header))
+            base, pos, filled = base + padded_end, 0, 0
         if kind in _REGULAR:
             if long_name is not None:
                 name, long_name = long_name, None
@@ -184,17 +254,17 @@ def iter_members(
                 offset, entry = entry, None
             if kind == 0 and name.endswith("/"):  # an old-style directory entry
                 continue
-            yield name, offset, buf[end:data_end]
+            yield name, offset, data
         elif kind == _PAX_LOCAL:
             entry = offset if entry is None else entry
-            pax = _parse_pax(buf[end:data_end], url, offset)
+            pax = _parse_pax(data, url, offset)
         elif kind == _PAX_GLOBAL:
-            records = _parse_pax(buf[end:data_end], url, offset)
+            records = _parse_pax(data, url, offset)
             if "size" in records:
                 global_size = _pax_int(records["size"], url, offset)
         elif kind == _GNU_LONGNAME:
             entry = offset if entry is None else entry
-            long_name = _text(buf[end:data_end])
+            long_name = _text(data)
         elif kind == _GNU_SPARSE:
             raise ShardError(url, offset, "GNU sparse members are not supported", _member_name(header))
         elif kind != _GNU_LONGLINK:  # directories, links, devices, fifos: not samples

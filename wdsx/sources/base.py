@@ -32,8 +32,8 @@ class SourceOptions:
     """Bound on the cache in bytes; least recently used shards are evicted. -1: unbounded."""
     allow_pipe: bool = True
     """Whether ``pipe:`` URLs may run shell commands (off in secure mode, ``WDS_SECURE=1``)."""
-    prefetch: int = 1
-    """How many upcoming shards a reader may open in the background while reading one."""
+    prefetch: int = 2
+    """How many upcoming remote shards a reader opens in the background while reading one."""
 
 
 class Source:
@@ -47,6 +47,12 @@ class Source:
     def read(self, n: int) -> bytes:
         """Up to ``n`` bytes; ``b""`` only at the end of the shard."""
         raise NotImplementedError
+
+    def readinto(self, buffer: memoryview) -> int:
+        """Read into ``buffer``; returns the number of bytes, 0 only at the end of the shard."""
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
 
     def skip(self, n: int) -> None:
         """Move ``n`` bytes forward without returning them."""

@@ -34,6 +34,7 @@ class LocalSource(Source):
         if offset:
             self._file.seek(offset)
         self.read = self._file.read
+        self.readinto = self._file.readinto
 
     def skip(self, n: int) -> None:
         self._file.seek(n, os.SEEK_CUR)
