@@ -122,3 +122,13 @@ def test_pipe_is_refused_in_secure_mode(tmp_path, monkeypatch):
     monkeypatch.setenv("WDS_SECURE", "1")
     with pytest.raises(wdsx.SourceError, match="pipe"):
         list(wdsx.WebDataset([f"pipe:cat {shards.urls[0]}"], manifest=False))
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_s3_pipeline_survives_cut_connections(s3_server, fault_proxy, dataset_in_s3, seed):
+    shards, urls, _ = dataset_in_s3
+    proxy = fault_proxy(s3_server.port, seed=seed, cut_after=(20_000, 90_000))
+    options = s3_server.options_via(proxy.url, retries=50, backoff=0.001)
+    remote = [strip(s) for s in wdsx.WebDataset(urls, options=options, manifest=False)]
+    assert remote == local_samples(shards.urls)
+    assert proxy.cuts > 0
