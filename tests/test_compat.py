@@ -39,6 +39,8 @@ def urls(tmp_path_factory) -> list[str]:
             for i in range(10):
                 n = shard * 10 + i
                 sample = {"__key__": f"{shard}/{i:03d}", "cls": n % 4, "txt": f"text {n}", "json": {"n": n}}
+                sample.update(npy=np.arange(n, n + 6, dtype=np.int16).reshape(2, 3), mp={"n": [n, n]})
+                sample["pth"] = torch.full((2,), float(n))
                 if n % 3:
                     sample["jpg"] = jpeg(n)
                 else:

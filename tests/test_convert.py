@@ -1,4 +1,4 @@
-"""``wdsx convert``: round trips read back by webdataset and tarfile, determinism across worker
+"""``wdsx convert``: round trips read back by webdataset, wdsx and tarfile, determinism across worker
 counts and ranks, resumption after a hard kill, and reporting of unreadable images."""
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import webdataset as wds
 from PIL import Image
 
+import wdsx
 from wdsx.cli import main
 from wdsx.convert import ConvertSettings, convert, rank_and_world_size
 from wdsx.manifest import Manifest
@@ -62,16 +64,17 @@ def _digests(directory: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in _shards(directory)}
 
 
-def _read_back_with_webdataset(directory: Path) -> list[dict]:
+def _read_back(directory: Path, library: object = wds) -> list[dict]:
     urls = [str(p) for p in _shards(directory)]
-    return list(wds.WebDataset(urls, shardshuffle=False))
+    return list(library.WebDataset(urls, shardshuffle=False))
 
 
-def test_round_trip_of_the_shipped_subset(tmp_path):
+@pytest.mark.parametrize("library", [wds, wdsx], ids=["webdataset", "wdsx"])
+def test_round_trip_of_the_shipped_subset(tmp_path, library):
     assert main(["convert", str(MINI), str(tmp_path / "train"), "--maxcount", "600", "--quiet"]) == 0
     source = _source_images(MINI)
     assert len(source) == 2000
-    samples = _read_back_with_webdataset(tmp_path)
+    samples = _read_back(tmp_path, library)
     assert len(samples) == len(source)
     by_bytes = {}
     for sample in samples:
@@ -106,7 +109,7 @@ def test_keys_are_unique_and_dot_free(tmp_path):
         (src / relative).write_bytes(content)
     report = convert(str(src), str(tmp_path / "out") + "/", ConvertSettings())
     assert report.skipped == [] and report.samples == 6
-    samples = _read_back_with_webdataset(tmp_path / "out")
+    samples = _read_back(tmp_path / "out")
     keys = [s["__key__"] for s in samples]
     assert keys == ["a/100%25", "a/nested.dir/deep", "a/same%2Ejpg", "a/same%2Epng", "a/x%2Ev2", "b/y"]
     assert [s["cls"] for s in samples] == [b"0"] * 5 + [b"1"]
@@ -125,7 +128,7 @@ def test_output_is_identical_for_any_number_of_workers(tmp_path):
     one, two = _digests(tmp_path / "w1"), _digests(tmp_path / "w2")
     assert one == two and len(one) == 8
     assert (tmp_path / "w1/d.manifest.json").read_bytes() == (tmp_path / "w2/d.manifest.json").read_bytes()
-    order = [s["__key__"] for s in _read_back_with_webdataset(tmp_path / "w1")]
+    order = [s["__key__"] for s in _read_back(tmp_path / "w1")]
     assert sorted(order) == sorted(k.rsplit(".", 1)[0] for k in _source_images(src)) and order != sorted(
         order
     )
@@ -211,7 +214,7 @@ def test_unreadable_images_are_skipped_and_reported(tmp_path, capsys):
     assert main(["convert", str(src), str(tmp_path / "o" / "t"), "--quiet"]) == 0
     captured = capsys.readouterr()
     assert "cat/truncated.jpg" in captured.err and "dog/garbage.png" in captured.err
-    keys = {s["__key__"] for s in _read_back_with_webdataset(tmp_path / "o")}
+    keys = {s["__key__"] for s in _read_back(tmp_path / "o")}
     assert len(keys) == 9 and "cat/truncated" not in keys and "dog/garbage" not in keys
     skipped = Manifest.load(str(tmp_path / "o" / "t.manifest.json")).extra["convert"]["skipped_by_shard"]
     assert sorted(path for entries in skipped.values() for path, _ in entries) == [
@@ -242,12 +245,12 @@ def test_reencode_and_resize(tmp_path):
     src = _make_folder(tmp_path / "src", per_class=2, classes=("a",), size=(40, 30))
     (src / "a" / "small.png").write_bytes(_image_bytes(9, (10, 8), "PNG"))
     convert(str(src), str(tmp_path / "r"), ConvertSettings(reencode="jpg", resize=15, quality=80))
-    for sample in _read_back_with_webdataset(tmp_path):
+    for sample in _read_back(tmp_path):
         image = Image.open(io.BytesIO(sample["jpg"]))
         assert image.format == "JPEG"
         assert image.size == ((10, 8) if sample["__key__"] == "a/small" else (20, 15))
     convert(str(src), str(tmp_path / "k" / "s"), ConvertSettings(resize=15))
-    kept = {s["__key__"]: s for s in _read_back_with_webdataset(tmp_path / "k")}
+    kept = {s["__key__"]: s for s in _read_back(tmp_path / "k")}
     assert kept["a/small"]["png"] == (src / "a" / "small.png").read_bytes()  # not larger: untouched
     assert Image.open(io.BytesIO(kept["a/img000"]["jpg"])).size == (20, 15)
 
