@@ -75,7 +75,7 @@ def test_pipeline_state_refuses_another_reader(uneven_shards):
         next(iter(plain))
 
 
-def test_webloader_len_and_epochs(uneven_shards):
+def test_every_epoch_has_a_new_order_through_workers(uneven_shards):
     loader = wdsx.WebLoader(dataset(uneven_shards.urls, shardshuffle=True), batch_size=None, num_workers=2)
     epoch0, epoch1 = keys(loader), keys(loader)
     assert sorted(epoch0) == sorted(epoch1) == sorted(uneven_shards.keys)
@@ -96,3 +96,43 @@ def test_with_epoch_on_the_loader_continues_the_stream(uneven_shards):
     stream = [batch for epoch in nominal for batch in epoch]
     expected = [batch for epoch in data_epochs for batch in epoch]
     assert stream == expected[: len(stream)]  # one continuous stream through the data epochs
+
+
+def test_two_loaders_in_one_process_keep_their_own_state(uneven_shards):
+    """A training and a validation loader without workers, iterated alternately."""
+    train = wdsx.WebLoader(dataset(uneven_shards.urls[:4]), batch_size=None, num_workers=0)
+    val = wdsx.WebLoader(dataset(uneven_shards.urls[4:]), batch_size=None, num_workers=0)
+    full = keys(wdsx.WebLoader(dataset(uneven_shards.urls[:4]), batch_size=None, num_workers=0))
+    train_batches, val_batches = iter(train), iter(val)
+    before = []
+    for _ in range(3):
+        before += keys([next(train_batches)])
+        next(val_batches)
+    state = train.state_dict()
+    resumed = wdsx.WebLoader(dataset(uneven_shards.urls[:4]), batch_size=None, num_workers=0)
+    resumed.load_state_dict(state)
+    assert before + keys(resumed) == full
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_read_errors_keep_their_type_through_workers(tmp_path, workers):
+    from tests.fixtures.shards import make_shards
+
+    data = make_shards(str(tmp_path), [10])
+    with open(data.urls[0], "r+b") as stream:
+        stream.truncate(4 * 1024 + 600)
+    loader = wdsx.WebLoader(wdsx.WebDataset(data.urls, manifest=False), batch_size=None, num_workers=workers)
+    with pytest.raises(wdsx.ShardError):
+        list(loader)
+    bad = wdsx.WebDataset(data.urls[:0] + [str(tmp_path / "missing.tar")], manifest=False)
+    with pytest.raises(wdsx.SourceError):
+        list(wdsx.WebLoader(bad, batch_size=None, num_workers=workers))
+
+
+def test_decoding_errors_keep_their_type_through_workers(tmp_path):
+    from tests.fixtures.shards import write_tar
+
+    path = write_tar(str(tmp_path / "bad.tar"), [("k.jpg", b"not a jpeg")])
+    loader = wdsx.WebLoader(wdsx.WebDataset(path, manifest=False).decode("rgb8"), batch_size=None, num_workers=1)
+    with pytest.raises(wdsx.DecodingError):
+        list(loader)

@@ -168,3 +168,36 @@ def test_build_manifest_and_index_command(tmp_path):
     assert main(["index", str(tmp_path / "data-{0..2}.tar")]) == 0
     assert Manifest.load(str(tmp_path / "data.manifest.json")) == manifest
     assert main(["index", str(tmp_path / "missing.tar")]) == 1
+
+
+def test_a_manifest_describes_only_the_shards_beside_it(tmp_path):
+    import wdsx
+    from wdsx.writer import ShardWriter
+
+    for folder in ("a", "b"):
+        with ShardWriter(str(tmp_path / folder / "train-%06d.tar"), maxcount=3, verbose=0) as sink:
+            for i in range(4 if folder == "a" else 7):
+                sink.write({"__key__": f"{folder}{i}", "txt": "x"})
+    beside = wdsx.WebDataset(str(tmp_path / "a" / "train-{000000..000001}.tar"))
+    assert beside.reader.counts == [3, 1]
+    mixed = wdsx.WebDataset(
+        str(tmp_path / "a" / "train-{000000..000001}.tar")
+        + "::"
+        + str(tmp_path / "b" / "train-{000000..000002}.tar")
+    )
+    assert mixed.reader.counts is None  # b/ has its own, different, train-000000.tar
+    assert mixed.urls[2] not in mixed.reader.settings.sha256 and mixed.urls[0] in mixed.reader.settings.sha256
+
+
+def test_counts_follow_select_files(tmp_path):
+    import wdsx
+    from wdsx.writer import ShardWriter
+
+    with ShardWriter(str(tmp_path / "s-%06d.tar"), maxcount=10, verbose=0) as sink:
+        for i in range(6):
+            sink.write({"__key__": f"k{i}", "txt": "x", **({"jpg": b"j"} if i % 2 else {})})
+    urls = str(tmp_path / "s-000000.tar")
+    assert wdsx.WebDataset(urls).reader.counts == [6]
+    selected = wdsx.WebDataset(urls, select_files="*.jpg", counts="scan")
+    assert selected.reader.counts == [3] == [sum(1 for _ in selected)]
+    assert wdsx.WebDataset(urls, select_files="*.jpg").reader.counts is None

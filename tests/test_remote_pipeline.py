@@ -132,3 +132,23 @@ def test_s3_pipeline_survives_cut_connections(s3_server, fault_proxy, dataset_in
     remote = [strip(s) for s in wdsx.WebDataset(urls, options=options, manifest=False)]
     assert remote == local_samples(shards.urls)
     assert proxy.cuts > 0
+
+
+def test_restoring_a_shuffle_buffer_on_s3_reads_each_shard_about_once(s3_server, fault_proxy, dataset_in_s3):
+    shards, urls, _ = dataset_in_s3
+
+    def pipeline(proxy_url):
+        options = s3_server.options_via(proxy_url, prefetch=0)
+        return wdsx.WebDataset(urls, options=options, manifest=False).shuffle(40).to_tuple("__key__")
+
+    full = [key for (key,) in pipeline(s3_server.endpoint_url)]
+    first = pipeline(s3_server.endpoint_url)
+    iterator = iter(first)
+    before = [next(iterator)[0] for _ in range(35)]
+    state = first.state_dict()
+    assert len(state["stages"]["1"]["positions"]) >= 30
+    proxy = fault_proxy(s3_server.port)
+    resumed = pipeline(proxy.url)
+    resumed.load_state_dict(state)
+    assert before + [key for (key,) in resumed] == full
+    assert len(proxy.gets()) <= 2 * len(urls)

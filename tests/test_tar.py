@@ -161,3 +161,20 @@ def test_compressed_shards_read_and_resume_like_plain_ones(tmp_path, suffix):
     resumed = wdsx.WebDataset(path, manifest=False)
     resumed.load_state_dict(dataset.state_dict())
     assert first + [s["__key__"] for s in resumed] == expected
+
+
+def test_a_shard_compressed_without_saying_so_resumes(tmp_path):
+    import gzip
+
+    import wdsx
+
+    members = [(f"k{i:03d}.{ext}", f"{i}{ext}".encode() * 50) for i in range(30) for ext in ("a", "b")]
+    plain = tar_bytes(members)
+    path = tmp_path / "shard.tar"
+    path.write_bytes(gzip.compress(plain))
+    dataset = wdsx.WebDataset(str(path), manifest=False)
+    iterator = iter(dataset)
+    first = [next(iterator)["__key__"] for _ in range(7)]
+    resumed = wdsx.WebDataset(str(path), manifest=False)
+    resumed.load_state_dict(dataset.state_dict())
+    assert first + [s["__key__"] for s in resumed] == [f"k{i:03d}" for i in range(30)]

@@ -111,7 +111,7 @@ class Batched(Stage):
                 items, run.position = buffer.items, buffer.positions
                 buffer.items, buffer.positions = [], []
                 yield self._collate(items)
-        if buffer.items and (self.partial or len(buffer.items) == batchsize):
+        if buffer.items and self.partial:
             items, run.position = buffer.items, buffer.positions
             buffer.items, buffer.positions = [], []
             yield self._collate(items)
@@ -159,18 +159,19 @@ class Unbatched(Stage):
         return self.rows(item)[0]
 
     def apply(self, upstream: Iterator | None, run: Run, index: int) -> Iterator:
+        # The rows still to emit are held last-first, so that emitting one is a pop().
         buffer = Buffer.attach(run, index, self.replay)
         while buffer.items:
-            item, run.position = buffer.items.pop(0), buffer.positions.pop(0)
+            item, run.position = buffer.items.pop(), buffer.positions.pop()
             yield item
         for batch in upstream:
             positions = run.position
             rows = self.rows(batch)
             if not isinstance(positions, list) or len(positions) != len(rows):
                 positions = [None] * len(rows)
-            buffer.items, buffer.positions = rows, list(positions)
+            buffer.items, buffer.positions = rows[::-1], positions[::-1]
             while buffer.items:
-                item, run.position = buffer.items.pop(0), buffer.positions.pop(0)
+                item, run.position = buffer.items.pop(), buffer.positions.pop()
                 yield item
 
 

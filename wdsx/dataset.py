@@ -12,6 +12,7 @@ from __future__ import annotations
 import fnmatch
 import logging
 import os
+import posixpath
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
@@ -22,7 +23,7 @@ from .errors import reraise_exception
 from .pipeline import DataPipeline
 from .reader import ReadSettings, ShardReader
 from .shards import expand_urls, single_node_only, split_by_node, split_by_worker
-from .sources import SourceOptions
+from .sources import SourceOptions, scheme_of
 
 log = logging.getLogger("wdsx")
 
@@ -42,9 +43,17 @@ def _source_options(options: SourceOptions | None, cache_dir: str | None, cache_
     if cache_dir is not None:
         cache_dir = os.path.expanduser(cache_dir)
         options = replace(options, cache_dir=cache_dir, cache_size=cache_size)
-    if os.environ.get("WDS_SECURE", "0") not in ("", "0"):
-        options = replace(options, allow_pipe=False)
     return options
+
+
+def _beside(url: str, manifest_url: str | None) -> bool:
+    """Whether ``url`` names a shard in the manifest's directory (a manifest given as an
+    object, without a URL, describes every shard)."""
+    if manifest_url is None:
+        return True
+    if scheme_of(url) == "file" and scheme_of(manifest_url) == "file":
+        return os.path.dirname(os.path.abspath(url)) == os.path.dirname(os.path.abspath(manifest_url))
+    return posixpath.dirname(url) == posixpath.dirname(manifest_url)
 
 
 def _splitting(nodesplitter: Any, workersplitter: Any) -> tuple[bool, bool, tuple | None]:
@@ -107,11 +116,15 @@ class WebDataset(DataPipeline):
         if nodesplitter is single_node_only:
             single_node_only(iter(()))
         split_ranks, split_workers, custom = _splitting(nodesplitter, workersplitter)
-        self.manifest = self._find_manifest(manifest)
-        hashes = {url: self.manifest.sha256_for(url) for url in self.urls} if self.manifest else None
-        settings = ReadSettings(
+        self.manifest, manifest_url = self._find_manifest(manifest)
+        described = [url for url in self.urls if self.manifest and _beside(url, manifest_url)]
+        hashes = {url: self.manifest.sha256_for(url) for url in described} if self.manifest else None
+        settings = self._settings = ReadSettings(
             self.options, handler, _file_selector(select_files), rename_files, True, hashes
         )
+        # Counts from a manifest hold for the shards beside it, grouped without renaming or
+        # selecting members; otherwise they are counted (or left unknown).
+        self._manifest_counts = len(described) == len(self.urls) and not (select_files or rename_files)
         self.reader = ShardReader(
             self.urls,
             settings,
@@ -128,25 +141,28 @@ class WebDataset(DataPipeline):
             self.repeat()
 
     # --- sample counts ----------------------------------------------------------------
-    def _find_manifest(self, manifest: Any) -> Any:
+    def _find_manifest(self, manifest: Any) -> tuple[Any, str | None]:
+        """The manifest to use and its URL (None for one given as an object: it applies to
+        every shard)."""
         if manifest is False:
-            return None
+            return None, None
         from .manifest import Manifest, manifest_url_for_shard
 
         if isinstance(manifest, Manifest):
-            return manifest
+            return manifest, None
         if isinstance(manifest, str):
             found = Manifest.load(manifest, self.options)
             if found is None:
                 raise ValueError(f"manifest {manifest} not found")
-            return found
+            return found, manifest
         if any(url.startswith("pipe:") for url in self.urls):
-            return None
+            return None, None
+        url = manifest_url_for_shard(self.urls[0])
         try:
-            return Manifest.load(manifest_url_for_shard(self.urls[0]), self.options)
+            return Manifest.load(url, self.options), url
         except Exception as exn:  # a missing or unreadable manifest only means "no counts"
             log.debug("no manifest for %s: %s", self.urls[0], exn)
-            return None
+            return None, None
 
     def _initial_counts(self, counts: Sequence[int] | str | None) -> list[int] | None:
         if counts == "scan":
@@ -155,7 +171,7 @@ class WebDataset(DataPipeline):
             if len(counts) != len(self.urls):
                 raise ValueError(f"counts has {len(counts)} entries for {len(self.urls)} shards")
             return list(counts)
-        if self.manifest is not None:
+        if self.manifest is not None and self._manifest_counts:
             return self.manifest.counts_for(self.urls)
         return None
 
@@ -163,7 +179,8 @@ class WebDataset(DataPipeline):
         from .manifest import scan_counts
 
         log.info("counting samples in %d shards by scanning their headers", len(self.urls))
-        return [scan_counts(url, self.options) for url in self.urls]
+        rename, select = self._settings.rename_files, self._settings.select_files
+        return [scan_counts(url, self.options, rename, select) for url in self.urls]
 
     def prepare(self, topology: distributed.Topology, endless: bool) -> None:
         """Make sure a multi-rank job can give every rank the same number of batches: that
@@ -178,8 +195,6 @@ class WebDataset(DataPipeline):
             return
         if endless or self.nsamples > 0:
             return
-        from .sources import scheme_of
-
         if all(scheme_of(url) == "file" for url in self.urls):
             reader.counts = self._scan_counts()
             return

@@ -161,7 +161,7 @@ class ImageHandler:
     def __init__(self, imagespec: str, extensions: Sequence[str] = IMAGE_EXTENSIONS):
         if imagespec not in IMAGE_SPECS:
             raise ValueError(f"unknown image spec {imagespec!r}; choose one of {', '.join(IMAGE_SPECS)}")
-        self.imagespec = imagespec.lower()
+        self.imagespec = imagespec
         self.extensions = frozenset(ext.lower() for ext in extensions)
         self.atype, self.etype, self.mode = IMAGE_SPECS[self.imagespec]
 

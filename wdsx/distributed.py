@@ -49,11 +49,6 @@ def assign(topology: Topology | None) -> None:
     _assigned = topology
 
 
-def assigned() -> Topology | None:
-    """The identity set with :func:`assign`, if any."""
-    return _assigned
-
-
 def rank_and_world(group: object = None) -> tuple[int, int]:
     """(rank, world_size) from torch.distributed if initialised, else from launcher variables."""
     if "torch" in sys.modules:

@@ -21,14 +21,21 @@ class ShardError(WdsxError, tarfile.ReadError):
     """A shard could not be read: names the shard URL, the tar member and its byte offset.
 
     It also subclasses ``tarfile.ReadError`` so code written for webdataset that catches
-    that keeps working.
+    that keeps working. Built from a single message (as torch does when it re-raises an error
+    from a DataLoader worker), the fields are None.
     """
 
-    def __init__(self, url: str, offset: int | None, reason: str, member: str | None = None):
-        self.url = url
+    def __init__(
+        self, url: str, offset: int | None = None, reason: str | None = None, member: str | None = None
+    ):
         self.offset = offset
         self.member = member
         self.reason = reason
+        if reason is None:
+            self.url = None
+            super().__init__(url)
+            return
+        self.url = url
         where = f"byte offset {offset}" if offset is not None else "unknown offset"
         name = f"member {member!r}" if member else "tar header"
         super().__init__(f"{url}: {reason} ({name} at {where})")
@@ -37,14 +44,15 @@ class ShardError(WdsxError, tarfile.ReadError):
 class SourceError(WdsxError, OSError):
     """A shard could not be opened or fetched; names the URL and what the store said."""
 
-    def __init__(self, url: str, reason: str):
-        self.url = url
+    def __init__(self, url: str, reason: str | None = None):
+        self.url = url if reason is not None else None
         self.reason = reason
-        super().__init__(f"{url}: {reason}")
+        super().__init__(f"{url}: {reason}" if reason is not None else url)
 
 
 class DecodingError(WdsxError, ValueError):
-    """A field of a sample failed to decode; names the shard, the sample key and the field."""
+    """A field of a sample failed to decode; names the shard, the sample key and the field
+    (``k``, webdataset's name for it)."""
 
     def __init__(
         self, url: Any = None, key: Any = None, k: Any = None, sample: Any = None, cause: Any = None
@@ -53,12 +61,15 @@ class DecodingError(WdsxError, ValueError):
         self.key = key
         self.k = k
         self.sample = sample
+        if key is None and k is None:  # a bare message
+            super().__init__(url)
+            return
         detail = f": {type(cause).__name__}: {cause}" if cause is not None else ""
         super().__init__(f"cannot decode field {k!r} of sample {key!r} in shard {url}{detail}")
 
-    def __reduce__(self):
-        # The sample can be large or unpicklable; DataLoader workers pickle exceptions.
-        return (type(self), (self.url, self.key, self.k, None, None)), {"args": self.args}
+    def __reduce__(self) -> tuple:
+        # The sample can be large or unpicklable; keep the identifying fields and the message.
+        return (type(self), (self.url, self.key, self.k), {"args": self.args})
 
 
 class StateError(WdsxError, ValueError):

@@ -64,8 +64,8 @@ class FluidInterface:
     def map_dict(self, handler: Handler = reraise_exception, **kw: Callable) -> Any:
         return self.compose(stages.map_dict(handler=handler, **kw))
 
-    def select(self, predicate: Callable, **kw: Any) -> Any:
-        return self.compose(stages.select(predicate, **kw))
+    def select(self, predicate: Callable) -> Any:
+        return self.compose(stages.select(predicate))
 
     def to_tuple(self, *args: str, **kw: Any) -> Any:
         return self.compose(stages.to_tuple(*args, **kw))

@@ -23,20 +23,18 @@ from typing import Any
 from . import distributed, elastic
 from .errors import StateError
 from .pipeline import DataPipeline, register_with_torch
-from .stage import Run, Stage
+from .stage import Run, Stage, replay, source_index
 from .state import FORMAT, VERSION
 
 log = logging.getLogger("wdsx")
 
 GLOBAL_FORMAT = "wdsx-global-state"
 
-_worker_pipeline: DataPipeline | None = None
-_worker_slot = 0
-
 
 class _WorkerStream:
     """The dataset DataLoader workers iterate: sets up each worker's identity and starting
-    state, then yields ``(item, position)`` pairs."""
+    state, then yields ``(item, position, self)``, so that the collate function, which runs
+    in the same process, can ask this stream for the state after the batch."""
 
     def __init__(
         self,
@@ -53,32 +51,36 @@ class _WorkerStream:
         self.workers = workers
         self.consumers = consumers
         self.starts = starts
+        self.slot = 0
+        self.resumable = False
 
-    def __iter__(self) -> Iterator[tuple[Any, Any]]:
-        global _worker_pipeline, _worker_slot
+    def __iter__(self) -> Iterator[tuple[Any, Any, _WorkerStream]]:
         from torch.utils.data import get_worker_info
 
         info = get_worker_info()
-        slot = info.id if info is not None else 0
+        self.slot = info.id if info is not None else 0
         rank, world = self.world
-        consumer = self.consumers[slot]
+        consumer = self.consumers[self.slot]
         if info is not None:
             distributed.assign(distributed.Topology(rank, world, consumer % self.workers, self.workers))
         dataset = self.dataset
-        start = self.starts[slot]
+        start = self.starts[self.slot]
         if start is not None:
             dataset.load_state_dict(start)
         else:
             dataset.set_epoch(self.epoch)
-        _worker_pipeline, _worker_slot = dataset, slot
-        resumable = not dataset.not_resumable()
+        self.resumable = not dataset.not_resumable()
         for item in dataset:
-            yield item, dataset.current_position() if resumable else None
+            yield item, dataset.current_position() if self.resumable else None, self
+
+    def state(self) -> dict | None:
+        """The pipeline's state now, if it can be restored exactly."""
+        return self.dataset.snapshot() if self.resumable else None
 
 
 class _CollateWithState:
-    """Runs in the worker: collates as the DataLoader would, and attaches the worker's slot,
-    its pipeline state after this batch, and the batch's sample positions."""
+    """Runs where the items are produced: collates as the DataLoader would, and attaches the
+    worker's slot, its pipeline state after this batch, and the batch's sample positions."""
 
     def __init__(self, collate: Callable, auto_batched: bool):
         self.collate = collate
@@ -86,14 +88,13 @@ class _CollateWithState:
 
     def __call__(self, batch: Any) -> tuple:
         if self.auto_batched:
-            output = self.collate([item for item, _ in batch])
-            positions = [position for _, position in batch]
+            output = self.collate([item for item, _, _ in batch])
+            positions = [position for _, position, _ in batch]
+            stream = batch[-1][2]
         else:
-            item, positions = batch
+            item, positions, stream = batch
             output = self.collate(item)
-        pipeline = _worker_pipeline
-        state = pipeline.snapshot() if pipeline is not None and not pipeline.not_resumable() else None
-        return output, _worker_slot, state, positions
+        return output, stream.slot, stream.state(), positions
 
 
 class _LoaderProgress:
@@ -182,17 +183,10 @@ class LoaderSource(Stage):
 
     def read_positions(self, positions: list[tuple]) -> list[Any]:
         """Re-create single items as the DataLoader delivered them (for main-process buffers)."""
-        dataset = self.loader.dataset
-        index = next(i for i, stage in enumerate(dataset.pipeline) if stage.produces_samples)
-        items = dataset.pipeline[index].read_positions(positions)
-        replayers = [stage.replay for stage in dataset.pipeline[index + 1 :]]
-        collate = self.loader.collate_one
-        results = []
-        for item in items:
-            for replay in replayers:
-                item = replay(item)
-            results.append(collate(item))
-        return results
+        stages = self.loader.dataset.pipeline
+        index = source_index(stages)
+        items = replay(stages[index].read_positions(positions), stages[index + 1 :])
+        return [self.loader.collate_one(item) for item in items]
 
 
 class WebLoader(DataPipeline):
@@ -304,21 +298,12 @@ class WebLoader(DataPipeline):
         new_states = elastic.redeal(
             readers, main_leftovers, self.dataset.pipeline, old_world, consumers, world
         )
-        mine = new_states[rank * self.slots : (rank + 1) * self.slots]
-        template = rank_states[0]
-        loader_progress = {
-            "workers": self.slots,
-            "rank": rank,
-            "world": world,
-            "consumers": [rank * self.slots + slot for slot in range(self.slots)],
-            "states": mine,
-            "next": 0,
-            "complete": False,
-        }
+        progress = _LoaderProgress(self.slots, rank, world)
+        progress.states = new_states[rank * self.slots : (rank + 1) * self.slots]
         return {
-            **template,
+            **rank_states[0],
             "topology": [rank, world],
-            "stages": {"0": loader_progress},
+            "stages": {"0": progress.snapshot(None)},
             "urls": [],
             "nominal": 0,
         }
@@ -326,7 +311,7 @@ class WebLoader(DataPipeline):
     def _fresh_reader_state(self, rank_state: dict, consumer: int, progress: dict) -> dict:
         """The state of a reader that had not delivered anything yet in this epoch."""
         return {
-            "fingerprint": {"stages": [stage.describe() for stage in self.dataset.pipeline]},
+            "fingerprint": self.dataset.fingerprint(),
             "seed": self.dataset.seed,
             "topology": [consumer, progress["world"] * progress["workers"]],
             "epoch": rank_state["epoch"],
@@ -336,13 +321,8 @@ class WebLoader(DataPipeline):
 
     def _main_leftovers(self, rank_state: dict) -> list:
         """Samples held by this loader's main-process stages in a saved state."""
-        reader_index = next(i for i, stage in enumerate(self.dataset.pipeline) if stage.produces_samples)
-        reader = self.dataset.pipeline[reader_index]
+        reader = self.dataset.pipeline[source_index(self.dataset.pipeline)]
         return elastic.buffered_positions(rank_state, reader, skip=0)
-
-    def global_state_dict(self, group: Any = None) -> dict:
-        """Every rank's state gathered into one checkpoint (a collective: call on all ranks)."""
-        return gather_loader_state(self, group)
 
 
 def _loader_progress(state: dict) -> dict:

@@ -91,28 +91,26 @@ class Manifest:
 
     shards: list[ShardEntry]
     extra: dict[str, Any] = field(default_factory=dict)
+    _index: dict[str, ShardEntry] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def total_samples(self) -> int:
         return sum(shard.samples for shard in self.shards)
 
-    def _by_name(self) -> dict[str, ShardEntry]:
-        return {shard.name: shard for shard in self.shards}
+    def entry_for(self, url: str) -> ShardEntry | None:
+        """The entry of the shard at ``url`` (matched by basename), or None if not listed."""
+        if len(self._index) != len(self.shards):
+            self._index = {shard.name: shard for shard in self.shards}
+        return self._index.get(posixpath.basename(url))
 
     def counts_for(self, urls: Iterable[str]) -> list[int] | None:
         """Sample counts of ``urls`` (matched by basename), or None if any shard is not listed."""
-        by_name = self._by_name()
-        counts = []
-        for url in urls:
-            entry = by_name.get(posixpath.basename(url))
-            if entry is None:
-                return None
-            counts.append(entry.samples)
-        return counts
+        entries = [self.entry_for(url) for url in urls]
+        return None if None in entries else [entry.samples for entry in entries]
 
     def sha256_for(self, url: str) -> str | None:
         """The recorded SHA-256 of the shard at ``url`` (by basename), or None if unknown."""
-        entry = self._by_name().get(posixpath.basename(url))
+        entry = self.entry_for(url)
         return entry.sha256 if entry else None
 
     def to_json(self) -> str:
@@ -218,23 +216,36 @@ def _read_all(read: Callable[[int], bytes]) -> bytes:
     return b"".join(parts)
 
 
-def _count(url: str, read: Callable[[int], bytes], skip: Callable[[int], object] | None) -> int:
+def _count(
+    url: str,
+    read: Callable[[int], bytes],
+    skip: Callable[[int], object] | None,
+    rename_files: Callable[[str], str] | None = None,
+    select_files: Callable[[str], bool] | None = None,
+) -> int:
     """Samples in a tar stream, grouped exactly as readers group them; compression is detected."""
     stream, compressed = uncompressed(read)
     headers = scan_headers(stream.read, None if compressed else skip, url)
     members = ((name, offset, b"") for name, offset, _ in headers)
-    return sum(1 for _ in group_members(members, url, Cursor(0, 0)))
+    samples = group_members(members, url, Cursor(0, 0), rename_files=rename_files, select_files=select_files)
+    return sum(1 for _ in samples)
 
 
-def scan_counts(url: str, options: SourceOptions | None = None) -> int:
+def scan_counts(
+    url: str,
+    options: SourceOptions | None = None,
+    rename_files: Callable[[str], str] | None = None,
+    select_files: Callable[[str], bool] | None = None,
+) -> int:
     """The number of samples in the shard at ``url``, reading only its headers where possible.
 
     Local files are read header by header, seeking over payloads; remote and compressed shards
     are streamed. Grouping follows :mod:`wdsx.samples` (metadata members skipped, consecutive
-    members with one key form a sample).
+    members with one key form a sample), after ``rename_files`` and ``select_files``.
     """
     with open_source(url, 0, options) as source:
-        return _count(url, source.read, source.skip if source.local_path else None)
+        skip = source.skip if source.local_path else None
+        return _count(url, source.read, skip, rename_files, select_files)
 
 
 class _Hashing:

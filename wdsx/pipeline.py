@@ -8,6 +8,7 @@ uninterrupted run would have produced next.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import sys
@@ -18,7 +19,7 @@ from typing import Any
 from . import distributed
 from .errors import NotResumableError, StateError
 from .fluid import FluidInterface
-from .stage import Run, Stage, as_stage
+from .stage import Run, Stage, as_stage, source_index
 from .state import FORMAT, VERSION, PositionTable, check_format, fingerprint_differences
 
 log = logging.getLogger("wdsx")
@@ -67,14 +68,11 @@ class _Stream:
             self.started = True
             stages = pipeline.pipeline
             saved = {int(k): v for k, v in restore["stages"].items()} if restore else None
-            run = Run(stages, self.epoch, pipeline.seed, self.topology, saved, self.table.urls)
-            run.table = self.table
+            run = Run(stages, self.epoch, pipeline.seed, self.topology, saved, self.table)
             self.run = run
             pipeline._next_epoch = self.epoch + 1
             chain = None
             for index, stage in enumerate(stages):
-                if stage.produces_samples and run.source_index is None:
-                    run.source_index = index
                 chain = stage.apply(chain, run, index)
             count = 0
             for item in chain:
@@ -247,7 +245,7 @@ class DataPipeline(FluidInterface):
     def not_resumable(self) -> list[str]:
         """Reasons a checkpoint of this pipeline would not resume exactly (empty when it would)."""
         reasons = []
-        source = next((i for i, stage in enumerate(self.pipeline) if stage.produces_samples), None)
+        source = source_index(self.pipeline)
         for index, stage in enumerate(self.pipeline):
             if source is not None and index < source:
                 continue  # shard-list stages are replayed from the epoch start
@@ -275,7 +273,7 @@ class DataPipeline(FluidInterface):
     def snapshot(self) -> dict:
         """The current state, without checking that it can be restored exactly."""
         if self._pending is not None:
-            return self._pending
+            return copy.deepcopy(self._pending)
         if self._live is not None:
             inner = self._live.state()
             urls = self._live.table.urls

@@ -14,18 +14,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Generator, Iterator, Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
 from . import plan as planning
 from . import rng
-from .compression import named_compressed, uncompressed
+from .compression import Prefixed, named_compressed, uncompressed
 from .errors import ShardError, reraise_exception
 from .samples import POSITION, Cursor, group_members, sample_starts
-from .sources import SourceOptions, open_source
+from .sources import SourceOptions, open_source, scheme_of
 from .sources.prefetch import Prefetcher
 from .stage import Run, Stage
-from .tar import iter_members, scan_headers
+from .tar import BLOCK, iter_members, looks_like_header, scan_headers
 
 log = logging.getLogger("wdsx")
 
@@ -54,23 +55,42 @@ def stream_offset(url: str, offset: int) -> int:
 
 
 class _TarStream:
-    """The tar byte stream of one shard, possibly compressed, starting at a tar offset."""
+    """The tar byte stream of one shard, possibly compressed, starting at a tar offset.
+
+    A shard is taken as compressed when its name says so or when its first bytes do; one that
+    is compressed without saying so is found out when the bytes at a resume offset are not a
+    tar header, and is then re-read from its start.
+    """
 
     def __init__(self, url: str, offset: int, settings: ReadSettings, prefetcher: Prefetcher | None = None):
-        compressed = named_compressed(url)
         opened_at = stream_offset(url, offset)
         sha256 = settings.expected_hash(url)
         if prefetcher is not None:
             self.source = prefetcher.open(url, opened_at, sha256)
         else:
             self.source = open_source(url, opened_at, settings.options, sha256=sha256)
+        try:
+            self._position(url, offset, opened_at, settings)
+        except BaseException:
+            self.source.close()
+            raise
+
+    def _position(self, url: str, offset: int, opened_at: int, settings: ReadSettings) -> None:
         self.local_path = self.source.local_path
-        stream: Any = self.source
-        if compressed or offset == 0:
-            stream, compressed = uncompressed(self.source.read)
+        if opened_at:
+            head = self.source.read(BLOCK)
+            if looks_like_header(head):
+                stream: Any = Prefixed(head, self.source.read)
+                self.read, self.readinto = stream.read, stream.readinto
+                return
+            self.source.close()
+            self.source = open_source(url, 0, settings.options, sha256=settings.expected_hash(url))
+        stream, compressed = uncompressed(self.source.read)
         self.read, self.readinto = stream.read, stream.readinto
-        if compressed and offset:
-            log.info("%s is compressed: re-reading it from the start to reach offset %d", url, offset)
+        if offset and not compressed:
+            raise ShardError(url, offset, "no tar header at the resume offset (was the shard rewritten?)")
+        if offset:
+            log.info("%s is compressed: reading it from the start to reach offset %d", url, offset)
             remaining = offset
             while remaining > 0:
                 skipped = len(self.read(min(remaining, 1 << 20)))
@@ -144,36 +164,62 @@ def _until_error(members: Iterator, failure: list[Exception]) -> Iterator:
 
 def _locate(url: str, ordinal: int, settings: ReadSettings) -> int | None:
     """Byte offset of sample ``ordinal`` in a local, uncompressed shard, found by a header
-    scan that seeks over payloads; None when the shard is not local (the caller skips)."""
+    scan that seeks over payloads; None when the shard is remote or compressed (the caller
+    then reads from the start and skips)."""
     if ordinal == 0:
         return 0
     if named_compressed(url):
         return None
-    source = open_source(url, 0, settings.options)
-    try:
-        if source.local_path is None:
+    with open_source(url, 0, settings.options) as source:
+        stream, compressed = uncompressed(source.read)
+        if source.local_path is None or compressed:
             return None
-        headers = scan_headers(source.read, source.skip, url)
+        headers = scan_headers(stream.read, source.skip, url)
         for found, offset in sample_starts(headers, settings.rename_files, settings.select_files):
             if found == ordinal:
                 return offset
-        raise ShardError(url, None, f"shard has fewer than {ordinal + 1} samples")
-    finally:
-        source.close()
+    raise ShardError(url, None, f"shard has fewer than {ordinal + 1} samples")
 
 
 def read_positions(positions: Sequence[tuple], settings: ReadSettings) -> list[dict[str, Any]]:
-    """Read the single samples at ``positions`` (``(url, offset, ordinal[, pad])``), in order."""
-    samples = []
-    for position in positions:
-        url, offset, ordinal = position[0], position[1], position[2]
-        extra = {"__pad__": True} if len(position) > 3 and position[3] else None
-        cursor = Cursor(offset, ordinal)
-        sample = next(read_piece(url, cursor, ordinal + 1, settings, extra), None)
-        if sample is None:
-            raise ShardError(url, offset, f"no sample {ordinal} at this offset while restoring a buffer")
-        samples.append(sample)
+    """Read the samples at ``positions`` (``(url, offset, ordinal[, pad])``), in that order.
+
+    Positions in one shard are read in one forward pass, reopening the shard only to jump
+    a long gap, so refilling a large buffer costs about one read per shard, not per sample.
+    """
+    wanted: dict[str, list[tuple[int, int, bool, int]]] = {}
+    for index, position in enumerate(positions):
+        pad = len(position) > 3 and bool(position[3])
+        wanted.setdefault(position[0], []).append((position[1], position[2], pad, index))
+    samples: list[Any] = [None] * len(positions)
+    for url, targets in wanted.items():
+        targets.sort()
+        gap = settings.options.chunk * (1 if scheme_of(url) == "file" else 8)
+        next_target = 0
+        while next_target < len(targets):
+            offset, ordinal = targets[next_target][:2]
+            progressed = False
+            with closing(read_piece(url, Cursor(offset, ordinal), None, settings)) as shard:
+                for sample in shard:
+                    found = sample[POSITION][1]
+                    if found > targets[next_target][0]:
+                        break  # no sample started at the wanted offset
+                    while next_target < len(targets) and targets[next_target][0] == found:
+                        pad, index = targets[next_target][2:]
+                        samples[index] = _as_padding(sample) if pad else dict(sample)
+                        next_target += 1
+                        progressed = True
+                    if next_target == len(targets) or targets[next_target][0] - found > gap:
+                        break
+            if not progressed:
+                raise ShardError(url, offset, "no sample starts at this offset (restoring a buffer)")
     return samples
+
+
+def _as_padding(sample: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a sample marked as read a second time to even out shares."""
+    url, offset, ordinal = sample[POSITION][:3]
+    return {**sample, "__pad__": True, POSITION: (url, offset, ordinal, True)}
 
 
 class _Progress:

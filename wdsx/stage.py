@@ -14,10 +14,11 @@ after pulling an item, so items carry no extra fields and 1:1 stages need no boo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from . import distributed
+from .state import PositionTable
 
 Position = tuple
 """``(url, byte_offset, ordinal)``, with a fourth element ``True`` for padding samples."""
@@ -33,17 +34,17 @@ class Run:
         seed: int,
         topology: distributed.Topology,
         restore: dict[int, Any] | None = None,
-        urls: list[str] | None = None,
+        table: PositionTable | None = None,
     ):
         self.stages = stages
         self.epoch = epoch
         self.seed = seed
         self.topology = topology
         self.restore = restore or {}
-        self.urls = urls or []
+        self.table = table or PositionTable()
         self.position: Position | list | None = None
         self.states: dict[int, Any] = {}
-        self.source_index: int | None = None
+        self.source_index = source_index(stages)
 
     def register(self, index: int, state: Any) -> Any:
         """Record a stage's state object; returns the saved state to restore from, if any."""
@@ -58,13 +59,23 @@ class Run:
         if self.source_index is None:
             raise RuntimeError("no sample source in this pipeline to re-read positions from")
         samples = self.stages[self.source_index].read_positions(positions)
-        replayers = [stage.replay for stage in self.stages[self.source_index + 1 : upto]]
-        items = []
-        for sample in samples:
-            for replay in replayers:
-                sample = replay(sample)
-            items.append(sample)
-        return items
+        return replay(samples, self.stages[self.source_index + 1 : upto])
+
+
+def source_index(stages: Sequence[Stage]) -> int | None:
+    """Index of the stage that reads shards into positioned samples, if there is one."""
+    return next((i for i, stage in enumerate(stages) if stage.produces_samples), None)
+
+
+def replay(items: Iterable[Any], stages: Sequence[Stage]) -> list[Any]:
+    """``items`` as they would come out of ``stages`` (each taken as a 1:1 transformation)."""
+    replayers = [stage.replay for stage in stages]
+    results = []
+    for item in items:
+        for redo in replayers:
+            item = redo(item)
+        results.append(item)
+    return results
 
 
 class Stage:
@@ -152,21 +163,9 @@ def as_stage(item: Any) -> Stage:
         return item
     if isinstance(item, list) or (hasattr(item, "__iter__") and not callable(item)):
         return IterableSource(item)
-    if _is_torch_iterable(item):
-        return IterableSource(item)
     if callable(item):
         return CallableStage(item)
     raise ValueError(f"{item!r}: not a valid pipeline stage")
-
-
-def _is_torch_iterable(item: Any) -> bool:
-    import sys
-
-    if "torch" not in sys.modules:
-        return False
-    from torch.utils.data import DataLoader, IterableDataset
-
-    return isinstance(item, (IterableDataset, DataLoader))
 
 
 def pipelinefilter(f: Callable) -> Callable[..., Stage]:

@@ -91,8 +91,10 @@ def map_dict(handler: Handler = reraise_exception, **fields: Callable[[Any], Any
 def map_tuple(*fns: Callable[[Any], Any] | None, handler: Handler = reraise_exception) -> Transform:
     """Apply the i-th function to the i-th element of tuple samples (None: unchanged)."""
 
+    functions = list(fns)
+
     def apply_elements(sample: tuple | list) -> tuple:
-        return tuple(transform_with(sample, list(fns)))
+        return tuple(transform_with(sample, functions))
 
     return Transform(apply_elements, f"map_tuple({', '.join(_name(f) for f in fns)})", handler)
 
@@ -297,7 +299,7 @@ class Select(Stage):
         return f"select({_name(self.predicate)})"
 
 
-def select(predicate: Callable[[Any], bool], **_: Any) -> Select:
+def select(predicate: Callable[[Any], bool]) -> Select:
     """Keep the samples for which ``predicate(sample)`` is true."""
     return Select(predicate)
 

@@ -70,6 +70,18 @@ def _checksum_ok(header: bytes, stored: int) -> bool:
     return stored == signed
 
 
+def looks_like_header(block: bytes) -> bool:
+    """Whether ``block`` is a tar header with a valid checksum, or the end-of-archive block."""
+    if len(block) != BLOCK:
+        return False
+    if block == _ZERO_BLOCK:
+        return True
+    try:
+        return _checksum_ok(block, _number(block[148:156]))
+    except ValueError:
+        return False
+
+
 def _parse_pax(data: bytes, url: str, offset: int) -> dict[str, str]:
     """Parse pax extended-header records: ``"<len> <key>=<value>\\n"``."""
     records: dict[str, str] = {}
@@ -159,7 +171,6 @@ def iter_members(stream: Readable, url: str, start: int = 0, chunk: int = CHUNK)
     adler = zlib.adler32
     long_name: str | None = None
     pax: dict[str, str] = {}
-    global_size: int | None = None
     entry: int | None = None  # offset of a pending pax / long-name header
     header, offset = b"", start
     while True:
@@ -205,8 +216,6 @@ def iter_members(stream: Readable, url: str, start: int = 0, chunk: int = CHUNK)
         kind = header[156]
         if pax and "size" in pax:
             size = _pax_int(pax["size"], url, offset)
-        elif global_size is not None:
-            size = global_size
         data_end = end + size
         padded_end = end + ((size + BLOCK - 1) & ~(BLOCK - 1))
         if data_end <= filled:
@@ -259,9 +268,7 @@ def iter_members(stream: Readable, url: str, start: int = 0, chunk: int = CHUNK)
             entry = offset if entry is None else entry
             pax = _parse_pax(data, url, offset)
         elif kind == _PAX_GLOBAL:
-            records = _parse_pax(data, url, offset)
-            if "size" in records:
-                global_size = _pax_int(records["size"], url, offset)
+            _parse_pax(data, url, offset)  # validated; global records do not change members here
         elif kind == _GNU_LONGNAME:
             entry = offset if entry is None else entry
             long_name = _text(data)
