@@ -93,6 +93,18 @@ def _read_with_aws_cli(urls: list[str], server: SeaweedS3, endpoint_url: str) ->
     return total
 
 
+def _upload(server: SeaweedS3, shard_paths: list[str]) -> list[str]:
+    """Upload local shards to a fresh bucket; their ``s3://`` URLs."""
+    bucket = server.new_bucket("bench")
+    client = server.client()
+    urls = []
+    for path in shard_paths:
+        key = f"shards/{os.path.basename(path)}"
+        client.upload_file(path, bucket, key)
+        urls.append(f"s3://{bucket}/{key}")
+    return urls
+
+
 def bench_s3(
     shard_paths: list[str], runs: int = 3, server: SeaweedS3 | None = None, latency: float = 0.0
 ) -> dict:
@@ -105,13 +117,7 @@ def bench_s3(
     proxy = FaultProxy(server.port, latency=latency).start() if latency else None
     endpoint_url = proxy.url if proxy else server.endpoint_url
     try:
-        bucket = server.new_bucket("bench")
-        client = server.client()
-        urls = []
-        for path in shard_paths:
-            key = f"shards/{os.path.basename(path)}"
-            client.upload_file(path, bucket, key)
-            urls.append(f"s3://{bucket}/{key}")
+        urls = _upload(server, shard_paths)
         size = sum(os.path.getsize(path) for path in shard_paths)
         samples = sum(count_samples(path) for path in shard_paths)
         options = server.options_via(endpoint_url)
@@ -218,13 +224,7 @@ def bench_s3_table(shard_paths: list[str], repeats: int = 3) -> list[tuple[str, 
     warnings.filterwarnings("ignore")
     size = sum(os.path.getsize(path) for path in shard_paths)
     with SeaweedS3() as server:
-        bucket = server.new_bucket("bench")
-        client = server.client()
-        urls = []
-        for path in shard_paths:
-            key = f"shards/{os.path.basename(path)}"
-            client.upload_file(path, bucket, key)
-            urls.append(f"s3://{bucket}/{key}")
+        urls = _upload(server, shard_paths)
         saved = {name: os.environ.get(name) for name in [*server.env, "AWS_CONFIG_FILE"]}
         os.environ.update({**server.env, "AWS_CONFIG_FILE": os.devnull})
         try:

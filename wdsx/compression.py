@@ -12,35 +12,17 @@ import lzma
 from collections.abc import Callable
 from typing import Any
 
+from .streams import Prefixed
+
 COMPRESSED_SUFFIXES = (".gz", ".tgz", ".bz2", ".tbz", ".tbz2", ".xz", ".txz")
+SHARD_SUFFIXES = (".tar.gz", ".tar.bz2", ".tar.xz", ".tgz", ".tbz", ".tbz2", ".txz", ".tar")
+"""Names of shard files, longest first (so that stripping one leaves the stem)."""
 _OPENERS: dict[bytes, Callable] = {
     b"\x1f\x8b": lambda raw: gzip.GzipFile(fileobj=raw, mode="rb"),
     b"BZh": lambda raw: bz2.BZ2File(raw, mode="rb"),
     b"\xfd7zXZ\x00": lambda raw: lzma.LZMAFile(raw, mode="rb"),
 }
 _SNIFF = max(len(magic) for magic in _OPENERS)
-
-
-class Prefixed:
-    """A reader that returns bytes already taken from a stream before the rest of it."""
-
-    def __init__(self, head: bytes, read: Callable[[int], bytes]):
-        self.head = head
-        self._read = read
-
-    def readinto(self, buffer: memoryview) -> int:
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
-
-    def read(self, n: int = -1) -> bytes:
-        if not self.head:
-            return self._read(n)
-        if 0 <= n < len(self.head):
-            out, self.head = self.head[:n], self.head[n:]
-            return out
-        head, self.head = self.head, b""
-        return head + self._read(n - len(head)) if n > len(head) else head
 
 
 def named_compressed(url: str) -> bool:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .env import secure_mode
 from .errors import DecodingError
 
 try:
@@ -56,17 +57,13 @@ IMAGE_SPECS = {
 imagespecs = IMAGE_SPECS
 
 
-def _secure() -> bool:
-    return os.environ.get("WDS_SECURE", "0") not in ("", "0")
-
-
 def _weights_only() -> bool:
     return os.environ.get("WDS_PYTORCH_WEIGHTS_ONLY", "0") == "1"
 
 
 def torch_loads(data: bytes) -> Any:
     """``torch.load`` on CPU (``weights_only`` when ``WDS_PYTORCH_WEIGHTS_ONLY=1``)."""
-    if _secure():
+    if secure_mode():
         raise ValueError("torch.load is refused in secure mode (WDS_SECURE=1)")
     import torch
 
@@ -74,7 +71,7 @@ def torch_loads(data: bytes) -> Any:
 
 
 def unpickle_loads(data: bytes) -> Any:
-    if _secure():
+    if secure_mode():
         raise ValueError("unpickling is refused in secure mode (WDS_SECURE=1)")
     return pickle.loads(data)
 
@@ -151,7 +148,19 @@ def gzfilter(key: str, data: bytes) -> Continue | None:
     return Continue(key[:-3], gzip.decompress(data))
 
 
-class ImageHandler:
+class ResolvedHandler:
+    """A handler that knows, from the field's key alone, which function decodes it
+    (:meth:`decoder_for`); the decoder asks it once per extension instead of once per field."""
+
+    def decoder_for(self, key: str) -> Callable[[bytes], Any] | None:
+        raise NotImplementedError
+
+    def __call__(self, key: str, data: bytes) -> Any:
+        decoder = self.decoder_for(key)
+        return None if decoder is None else decoder(data)
+
+
+class ImageHandler(ResolvedHandler):
     """Decode images by spec: ``"rgb8"`` (numpy uint8 HWC), ``"torchrgb"`` (float CHW), ``"pil"``...
 
     JPEGs decoded to RGB go through simplejpeg when it is installed (bit-identical to Pillow's
@@ -172,10 +181,6 @@ class ImageHandler:
         if simplejpeg is not None and ext in _JPEG_EXTENSIONS and self.mode == "rgb" and self.atype != "pil":
             return self._decode_jpeg
         return self._decode_pil
-
-    def __call__(self, key: str, data: bytes) -> Any:
-        decoder = self.decoder_for(key)
-        return None if decoder is None else decoder(data)
 
     def _decode_jpeg(self, data: bytes) -> Any:
         try:
@@ -215,7 +220,7 @@ def imagehandler(imagespec: str, extensions: Sequence[str] = IMAGE_EXTENSIONS) -
     return ImageHandler(imagespec, extensions)
 
 
-class ExtensionHandler:
+class ExtensionHandler(ResolvedHandler):
     """Calls ``f(data)`` for fields whose extension ends with one of ``extensions``
     (multi-part extensions such as ``"seg.png"`` need that many components to match)."""
 
@@ -229,10 +234,6 @@ class ExtensionHandler:
             if len(target) <= len(parts) and parts[-len(target) :] == target:
                 return self.f
         return None
-
-    def __call__(self, key: str, data: bytes) -> Any:
-        decoder = self.decoder_for(key)
-        return None if decoder is None else decoder(data)
 
 
 def handle_extension(extensions: str, f: Callable[[bytes], Any]) -> ExtensionHandler:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .compression import uncompressed
+from .compression import SHARD_SUFFIXES, uncompressed
 from .samples import Cursor, group_members
 from .shards import expand_urls
 from .sources import SourceOptions, open_sink, open_source
@@ -34,7 +34,6 @@ from .tar import scan_headers
 FORMAT = "wdsx-manifest"
 VERSION = 1
 _RESERVED = frozenset(("format", "version", "total_samples", "shards"))
-_SHARD_SUFFIXES = (".tar.gz", ".tar.bz2", ".tar.xz", ".tgz", ".tar")
 
 
 def _split_dir(url: str) -> tuple[str, str]:
@@ -62,7 +61,7 @@ def manifest_url_for_pattern(pattern: str) -> str:
 def manifest_url_for_shard(url: str) -> str:
     """The manifest URL for one shard: ``out/train-000003.tar`` -> ``out/train.manifest.json``."""
     directory, base = _split_dir(url)
-    for suffix in _SHARD_SUFFIXES:
+    for suffix in SHARD_SUFFIXES:
         if base.endswith(suffix):
             base = base[: -len(suffix)]
             break

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
 import sys
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
 from . import distributed
+from .env import seed_from_environment
 from .errors import NotResumableError, StateError
 from .fluid import FluidInterface
 from .stage import Run, Stage, as_stage, source_index
@@ -27,9 +27,7 @@ log = logging.getLogger("wdsx")
 
 def default_seed(seed: int | None) -> int:
     """The seed to use: the one given, else ``WDS_SEED``, else 0 (the same on every rank)."""
-    if seed is not None:
-        return int(seed)
-    return int(os.environ.get("WDS_SEED", "0"))
+    return int(seed) if seed is not None else seed_from_environment()
 
 
 def register_with_torch() -> None:

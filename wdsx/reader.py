@@ -20,12 +20,13 @@ from typing import Any
 
 from . import plan as planning
 from . import rng
-from .compression import Prefixed, named_compressed, uncompressed
+from .compression import named_compressed, uncompressed
 from .errors import ShardError, reraise_exception
 from .samples import POSITION, Cursor, group_members, sample_starts
 from .sources import SourceOptions, open_source, scheme_of
 from .sources.prefetch import Prefetcher
 from .stage import Run, Stage
+from .streams import Prefixed
 from .tar import BLOCK, iter_members, looks_like_header, scan_headers
 
 log = logging.getLogger("wdsx")
@@ -301,7 +302,20 @@ def _deliver(samples: Iterator[dict[str, Any]], run: Run, handler: Handler, curs
     return True
 
 
-class ShardReader(Stage):
+class ShardStage(Stage):
+    """A stage that reads shards into positioned samples: the source of a pipeline's
+    positions, which it can also read back one by one."""
+
+    produces_samples = True
+
+    def __init__(self, settings: ReadSettings):
+        self.settings = settings
+
+    def read_positions(self, positions: Sequence[tuple]) -> list[dict[str, Any]]:
+        return read_positions(positions, self.settings)
+
+
+class ShardReader(ShardStage):
     """Reads this consumer's share of every epoch from a fixed shard list.
 
     Args:
@@ -318,8 +332,6 @@ class ShardReader(Stage):
             "exact" otherwise.
     """
 
-    produces_samples = True
-
     def __init__(
         self,
         urls: Sequence[str],
@@ -333,8 +345,8 @@ class ShardReader(Stage):
         counts: Sequence[int] | None = None,
         remainder: str | None = None,
     ):
+        super().__init__(settings)
         self.urls = list(urls)
-        self.settings = settings
         self.shuffle = shuffle
         self.resampled = resampled
         self.split_ranks = split_ranks
@@ -469,9 +481,6 @@ class ShardReader(Stage):
             if not (yield from _deliver(samples, run, self.settings.handler, cursor)):
                 return
 
-    def read_positions(self, positions: Sequence[tuple]) -> list[dict[str, Any]]:
-        return read_positions(positions, self.settings)
-
 
 def batch_hint(stages: Sequence[Stage], index: int) -> tuple[int, bool]:
     """Batch size and partial flag of the first batching stage after stage ``index``, so that
@@ -485,13 +494,8 @@ def batch_hint(stages: Sequence[Stage], index: int) -> tuple[int, bool]:
     return 1, True
 
 
-class TarExpander(Stage):
+class TarExpander(ShardStage):
     """webdataset's ``tarfile_to_samples``: URL dicts in, samples out, with a cursor."""
-
-    produces_samples = True
-
-    def __init__(self, settings: ReadSettings):
-        self.settings = settings
 
     def describe(self) -> str:
         return "tarfile_to_samples"
@@ -514,9 +518,6 @@ class TarExpander(Stage):
             if not (yield from _deliver(read_piece(url, cursor, None, settings), run, handler, cursor)):
                 return
         progress.done = True
-
-    def read_positions(self, positions: Sequence[tuple]) -> list[dict[str, Any]]:
-        return read_positions(positions, self.settings)
 
 
 def tarfile_to_samples(

@@ -315,6 +315,15 @@ class _Counter:
     def snapshot(self, table: Any) -> dict:
         return {"count": self.count}
 
+    @classmethod
+    def attach(cls, run: Run, index: int) -> _Counter:
+        """A counter registered with ``run``, restored from its checkpoint if it has one."""
+        counter = cls()
+        saved = run.register(index, counter)
+        if saved is not None:
+            counter.count = saved["count"]
+        return counter
+
 
 class Slice(Stage):
     """``itertools.islice`` over the stream, with the count kept in checkpoints."""
@@ -324,11 +333,7 @@ class Slice(Stage):
         self.start, self.stop, self.step = bounds.start or 0, bounds.stop, bounds.step or 1
 
     def apply(self, upstream: Iterator | None, run: Run, index: int) -> Iterator:
-        counter = _Counter()
-        saved = run.register(index, counter)
-        if saved is not None:
-            counter.count = saved["count"]
-        return self._slice(upstream, counter)
+        return self._slice(upstream, _Counter.attach(run, index))
 
     def _slice(self, upstream: Iterator, counter: _Counter) -> Iterator:
         start, stop, step = self.start, self.stop, self.step
@@ -360,10 +365,7 @@ class RandomSample(Stage):
         self.p = p
 
     def apply(self, upstream: Iterator | None, run: Run, index: int) -> Iterator:
-        counter = _Counter()
-        saved = run.register(index, counter)
-        if saved is not None:
-            counter.count = saved["count"]
+        counter = _Counter.attach(run, index)
         seed = rng.derive_seed("rsample", run.seed, run.epoch, run.topology.consumer, index)
         threshold = int(self.p * 2**64)
         for item in upstream:

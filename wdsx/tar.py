@@ -13,11 +13,13 @@ raises :class:`~wdsx.errors.ShardError` naming the URL, the member and the byte 
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from .errors import ShardError
+from .streams import read_into
 
 BLOCK = 512
 CHUNK = 1 << 20
@@ -116,16 +118,7 @@ class Readable(Protocol):
 def readinto_of(stream: Readable) -> Callable[[memoryview], int]:
     """The stream's ``readinto``, or one built from its ``read``."""
     readinto = getattr(stream, "readinto", None)
-    if readinto is not None:
-        return readinto
-    read = stream.read
-
-    def copy_into(buffer: memoryview) -> int:
-        data = read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
-
-    return copy_into
+    return readinto if readinto is not None else functools.partial(read_into, stream.read)
 
 
 def _fill(readinto: Callable[[memoryview], int], view: memoryview, filled: int, need: int) -> int:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..streams import read_into
+
 
 @dataclass(frozen=True)
 class SourceOptions:
@@ -50,9 +52,7 @@ class Source:
 
     def readinto(self, buffer: memoryview) -> int:
         """Read into ``buffer``; returns the number of bytes, 0 only at the end of the shard."""
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
+        return read_into(self.read, buffer)
 
     def skip(self, n: int) -> None:
         """Move ``n`` bytes forward without returning them."""

@@ -1,7 +1,7 @@
 """Expand a location into the shards it names: an S3 prefix or glob, a local glob or directory.
 
-``s3://bucket/data/`` (trailing slash) names every ``.tar``, ``.tar.gz`` and ``.tgz`` object
-under the prefix; ``s3://bucket/data/train-*.tar`` names the keys matching the glob (``*``,
+``s3://bucket/data/`` (trailing slash) names every shard object under the prefix (``.tar``,
+and its compressed forms); ``s3://bucket/data/train-*.tar`` names the keys matching the glob (``*``,
 ``?``, ``[...]``; ``*`` also matches ``/``). Only the literal part before the first glob
 character is listed, page by page. Local paths work the same way.
 """
@@ -14,10 +14,10 @@ import os
 import re
 from collections.abc import Callable
 
+from ..compression import SHARD_SUFFIXES
 from .base import SourceOptions
 from .local import local_path
 
-SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz")
 _GLOB_CHAR = re.compile(r"[*?[]")
 
 

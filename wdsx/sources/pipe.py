@@ -18,6 +18,7 @@ import subprocess
 import time
 from typing import IO
 
+from ..env import secure_mode
 from ..errors import SourceError
 from .base import Sink, Source, SourceOptions
 
@@ -31,7 +32,7 @@ _GRACE_SECONDS = 1.0
 
 
 def _start(url: str, options: SourceOptions, **pipes: int) -> subprocess.Popen:
-    if not options.allow_pipe or os.environ.get("WDS_SECURE", "0") not in ("", "0"):
+    if not options.allow_pipe or secure_mode():
         raise SourceError(url, "pipe: URLs are disabled (WDS_SECURE=1 or SourceOptions(allow_pipe=False))")
     command = url[len("pipe:") :]
     try:
