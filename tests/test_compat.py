@@ -181,3 +181,15 @@ def test_handler_protocol(urls):
             for s in module.WebDataset(urls, shardshuffle=False).map(boom, handler=module.ignore_and_stop)
         ]
         assert stopped == ["0/000", "0/001", "0/002"]
+
+
+def test_small_helpers_behave_like_webdataset(urls):
+    expected = [s["__key__"] for s in webdataset.tarfile_samples(iter([{"url": u} for u in urls]))]
+    assert [s["__key__"] for s in wdsx.tarfile_samples(iter([{"url": u} for u in urls]))] == expected
+    assert [item["url"] for item in wdsx.shardspec(urls[0])] == [urls[0]]
+    assert list(wdsx.non_empty(iter([1, 2]))) == [1, 2]
+    with pytest.raises(ValueError):
+        list(wdsx.non_empty(iter([])))
+    assert wdsx.warn_and_stop(ValueError("x")) is False and wdsx.warn_and_continue(ValueError("x")) is True
+    batch = wdsx.collate_torch([(np.ones(2), 1), (np.zeros(2), 2)])
+    assert isinstance(batch[0], torch.Tensor) and batch[1].tolist() == [1, 2]

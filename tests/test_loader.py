@@ -133,6 +133,8 @@ def test_decoding_errors_keep_their_type_through_workers(tmp_path):
     from tests.fixtures.shards import write_tar
 
     path = write_tar(str(tmp_path / "bad.tar"), [("k.jpg", b"not a jpeg")])
-    loader = wdsx.WebLoader(wdsx.WebDataset(path, manifest=False).decode("rgb8"), batch_size=None, num_workers=1)
+    loader = wdsx.WebLoader(
+        wdsx.WebDataset(path, manifest=False).decode("rgb8"), batch_size=None, num_workers=1
+    )
     with pytest.raises(wdsx.DecodingError):
         list(loader)

@@ -112,3 +112,10 @@ def test_reshape_deals_exactly_what_was_not_consumed(counts, old, new, progress,
 def test_span_json_round_trip():
     plan = planning.ConsumerPlan([planning.Span(1, 2, 3, 4, 512, True)], [([0, 1024, 3], False)])
     assert planning.ConsumerPlan.from_json(plan.to_json()) == plan
+
+
+def test_an_empty_epoch_deals_nothing():
+    for remainder in ("exact", "pad", "drop"):
+        plans = planning.plan_epoch(4, [0, 0, 0], 3, 8, True, remainder)
+        assert [covered(plan, [0, 0, 0]) for plan in plans] == [[]] * 4
+    assert planning.plan_epoch(3, [], 0) == [planning.ConsumerPlan([])] * 3

@@ -169,3 +169,26 @@ def test_loaded_state_cannot_be_silently_dropped(uneven_shards):
     with pytest.raises(wdsx.StateError, match="set_epoch"):
         fresh.set_epoch(5)
     assert fresh.state_dict() == state
+
+
+def test_with_epoch_checkpoint_resumes_inside_a_nominal_epoch(uneven_shards):
+    def pipeline():
+        return (
+            wdsx.WebDataset(uneven_shards.urls, shardshuffle=True, manifest=False)
+            .shuffle(9)
+            .to_tuple("__key__")
+            .with_epoch(100)
+        )
+
+    reference = pipeline()
+    nominal = [[key for (key,) in reference] for _ in range(5)]
+    first = pipeline()
+    seen = [[key for (key,) in first] for _ in range(2)]
+    iterator = iter(first)
+    seen.append([next(iterator)[0] for _ in range(37)])
+    state = json.loads(json.dumps(first.state_dict()))
+    resumed = pipeline()
+    resumed.load_state_dict(state)
+    seen[2] += [key for (key,) in resumed]
+    seen += [[key for (key,) in resumed] for _ in range(2)]
+    assert seen == nominal and all(len(epoch) == 100 for epoch in seen)
