@@ -44,6 +44,9 @@ def register_with_torch() -> None:
 _registered: list[bool] = []
 
 
+_NOTHING = object()
+
+
 class _Stream:
     """One iteration over a pipeline: runs epoch after epoch, as many as requested."""
 
@@ -72,15 +75,15 @@ class _Stream:
             chain = None
             for index, stage in enumerate(stages):
                 chain = stage.apply(chain, run, index)
-            count = 0
-            for item in chain:
-                count += 1
-                yield item
+            first = next(chain, _NOTHING)
+            if first is not _NOTHING:
+                yield first
+                yield from chain
             self.run = None
             self.epoch += 1
             repetitions -= 1
-            if count == 0 and not restore:
-                break
+            if first is _NOTHING and not restore:
+                break  # an empty dataset: repeating it would loop forever
             restore = None
 
     def state(self) -> dict:

@@ -142,12 +142,15 @@ def read_piece(
             select_files=settings.select_files,
             extra=extra,
         )
-        for sample in samples:
-            if offset is None and sample[POSITION][2] < first:
-                continue
-            if pad:
-                sample[POSITION] += (True,)
-            yield sample
+        if offset is None or pad:
+            for sample in samples:
+                if offset is None and sample[POSITION][2] < first:
+                    continue
+                if pad:
+                    sample[POSITION] += (True,)
+                yield sample
+        else:
+            yield from samples
         if failure:
             raise failure[0]
     finally:

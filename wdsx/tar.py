@@ -14,6 +14,7 @@ raises :class:`~wdsx.errors.ShardError` naming the URL, the member and the byte 
 from __future__ import annotations
 
 import functools
+import struct
 import zlib
 from collections.abc import Callable, Iterator
 from typing import Protocol
@@ -143,6 +144,10 @@ def _discard(readinto: Callable[[memoryview], int], scratch: memoryview, count: 
     return dropped
 
 
+_unpack_header = struct.Struct("100s24x12s12x8sB188xB").unpack_from
+"""(name, size, checksum, type flag, first byte of the ustar prefix) of a header in a buffer."""
+
+
 def iter_members(stream: Readable, url: str, start: int = 0, chunk: int = CHUNK) -> Iterator[Member]:
     """Yield ``(name, header_offset, data)`` for every regular file in a tar byte stream.
 
@@ -165,13 +170,13 @@ def iter_members(stream: Readable, url: str, start: int = 0, chunk: int = CHUNK)
     long_name: str | None = None
     pax: dict[str, str] = {}
     entry: int | None = None  # offset of a pending pax / long-name header
-    header, offset = b"", start
+    name_field, prefix, offset = b"", "", start
     while True:
         end = pos + BLOCK
         if end > filled:
             if pos > filled:  # the padding of the last member lies beyond the buffer
                 if _discard(readinto, view, pos - filled) < pos - filled:
-                    raise ShardError(url, offset, "stream ends inside a member's padding", _safe_name(header))
+                    raise ShardError(url, offset, "stream ends inside a member's padding", _text(name_field))
                 base, filled = base + pos, 0
             else:
                 rest = bytes(view[pos:filled])
@@ -184,29 +189,28 @@ def iter_members(stream: Readable, url: str, start: int = 0, chunk: int = CHUNK)
                     reason = "empty file" if base == 0 else "stream ends without an end-of-archive block"
                     raise ShardError(url, base, reason + " (truncated shard?)")
                 raise ShardError(url, base, f"truncated tar header ({filled} of 512 bytes)")
-        header = buf[pos:end]
-        low = adler(header) & 0xFFFF
-        if low == 1 and header == _ZERO_BLOCK:
-            return
+        name_field, size_field, sum_field, kind, prefixed = _unpack_header(buf, pos)
+        low = adler(view[pos:end]) & 0xFFFF
         offset = base + pos
+        if low == 1 and not any(view[pos:end]):
+            return
         try:
-            field = header[148:156]
-            stored = int(field[:6], 8) if field[6] in (0, 32) else _number(field)
-            field_sum = sum(field)
-            field = header[124:136]
-            size = int(field[:11], 8) if field[11] in (0, 32) else _number(field)
+            stored = int(sum_field[:6], 8) if sum_field[6] in (0, 32) else _number(sum_field)
+            size = int(size_field[:11], 8) if size_field[11] in (0, 32) else _number(size_field)
         except ValueError:
+            header = bytes(view[pos:end])
             try:
-                stored, size = _number(header[148:156]), _number(header[124:136])
+                stored, size = _number(sum_field), _number(size_field)
             except ValueError:
                 raise ShardError(
                     url, offset, "invalid tar header (not a number)", _safe_name(header)
                 ) from None
-            field_sum = sum(header[148:156])
-        claimed = stored + field_sum - 256
-        if claimed != low - 1 and claimed != low - 1 + _ADLER_MOD and not _checksum_ok(header, stored):
-            raise ShardError(url, offset, "invalid tar header (bad checksum)", _safe_name(header))
-        kind = header[156]
+        claimed = stored + sum(sum_field) - 256
+        if claimed != low - 1 and claimed != low - 1 + _ADLER_MOD:
+            header = bytes(view[pos:end])
+            if not _checksum_ok(header, stored):
+                raise ShardError(url, offset, "invalid tar header (bad checksum)", _safe_name(header))
+        prefix = _text(bytes(view[pos + 345 : pos + 500])) if prefixed else ""
         if pax and "size" in pax:
             size = _pax_int(pax["size"], url, offset)
         data_end = end + size
@@ -221,7 +225,7 @@ def iter_members(stream: Readable, url: str, start: int = 0, chunk: int = CHUNK)
             end, data_end, padded_end = BLOCK, BLOCK + size, BLOCK + (padded_end - end)
             filled = _fill(readinto, view, filled, data_end)
             if filled < data_end:
-                name = long_name or pax.get("path") or _member_name(header)
+                name = long_name or pax.get("path") or _joined(prefix, name_field)
                 raise ShardError(
                     url, offset, f"truncated member: {filled - BLOCK} of {size} bytes present", name
                 )
@@ -233,12 +237,12 @@ def iter_members(stream: Readable, url: str, start: int = 0, chunk: int = CHUNK)
             data[:have] = view[end:filled]
             got = _fill(readinto, memoryview(data), have, size)
             if got < size:
-                name = long_name or pax.get("path") or _member_name(header)
+                name = long_name or pax.get("path") or _joined(prefix, name_field)
                 raise ShardError(url, offset, f"truncated member: {got} of {size} bytes present", name)
             data = bytes(data)
             padding = padded_end - data_end
             if _discard(readinto, view, padding) < padding:
-                raise ShardError(url, offset, "stream ends inside a member's padding", _safe_name(header))
+                raise ShardError(url, offset, "stream ends inside a member's padding", _text(name_field))
             base, pos, filled = base + padded_end, 0, 0
         if kind in _REGULAR:
             if long_name is not None:
@@ -246,10 +250,10 @@ def iter_members(stream: Readable, url: str, start: int = 0, chunk: int = CHUNK)
             elif pax and "path" in pax:
                 name = pax["path"]
             else:
-                stop = header.find(0, 0, 100)
-                name = header[: stop if stop >= 0 else 100].decode("utf-8", "surrogateescape")
-                if header[345]:
-                    name = _text(header[345:500]) + "/" + name
+                stop = name_field.find(0)
+                name = name_field[: stop if stop >= 0 else 100].decode("utf-8", "surrogateescape")
+                if prefix:
+                    name = prefix + "/" + name
             if pax:
                 pax = {}
             if entry is not None:
@@ -266,7 +270,7 @@ def iter_members(stream: Readable, url: str, start: int = 0, chunk: int = CHUNK)
             entry = offset if entry is None else entry
             long_name = _text(data)
         elif kind == _GNU_SPARSE:
-            raise ShardError(url, offset, "GNU sparse members are not supported", _member_name(header))
+            raise ShardError(url, offset, "GNU sparse members are not supported", _joined(prefix, name_field))
         elif kind != _GNU_LONGLINK:  # directories, links, devices, fifos: not samples
             long_name = entry = None
             if pax:
@@ -281,6 +285,12 @@ def _pax_int(text: str, url: str, offset: int) -> int:
     if value < 0:
         raise ShardError(url, offset, f"invalid pax size {text!r}")
     return value
+
+
+def _joined(prefix: str, name_field: bytes) -> str:
+    """A member's path from its ustar prefix and name field."""
+    name = _text(name_field)
+    return f"{prefix}/{name}" if prefix else name
 
 
 def _member_name(header: bytes) -> str:
