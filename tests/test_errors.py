@@ -100,3 +100,32 @@ def test_error_in_user_map_carries_the_sample_identity(tmp_path):
     assert any(
         sample_key(0, 0) in note and data.urls[0] in note for note in getattr(caught.value, "__notes__", [])
     )
+
+
+def test_resuming_through_a_stream_that_returns_short_reads(tmp_path, monkeypatch):
+    import wdsx.reader as reader_module
+    from wdsx.samples import POSITION
+
+    data = make_shards(str(tmp_path), [10])
+    real_open = reader_module.open_source
+
+    class Short:
+        def __init__(self, inner):
+            self.inner, self.local_path = inner, None
+
+        def read(self, n):
+            return self.inner.read(min(n, 100))
+
+        def close(self):
+            self.inner.close()
+
+    offsets = [s[POSITION][1] for s in wdsx.WebDataset(data.urls, manifest=False)]
+    monkeypatch.setattr(reader_module, "open_source", lambda *a, **k: Short(real_open(*a, **k)))
+    dataset = wdsx.WebDataset(data.urls, manifest=False)
+    iterator = iter(dataset)
+    first = [next(iterator)["__key__"] for _ in range(3)]
+    resumed = wdsx.WebDataset(data.urls, manifest=False)
+    state = dataset.state_dict()
+    assert state["stages"]["0"]["offset"] == offsets[3]
+    resumed.load_state_dict(state)
+    assert first + [s["__key__"] for s in resumed] == data.keys

@@ -138,3 +138,79 @@ def test_decoding_errors_keep_their_type_through_workers(tmp_path):
     )
     with pytest.raises(wdsx.DecodingError):
         list(loader)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_checkpoint_at_a_short_last_batch_with_dataloader_batching(tmp_path, workers):
+    from tests.fixtures.shards import make_shards
+
+    data = make_shards(str(tmp_path), [10, 10, 10, 10])
+
+    def loader():
+        dataset = wdsx.WebDataset(data.urls, manifest=False).to_tuple("__key__")
+        return wdsx.WebLoader(
+            dataset, batch_size=3, num_workers=workers, collate_fn=lambda b: [k for (k,) in b]
+        )
+
+    reference = loader()
+    full = [batch for _ in range(2) for batch in reference]
+    per_epoch = len(full) // 2
+    for cut in range(per_epoch - 3, per_epoch + 1):
+        first = loader()
+        iterator = iter(first)
+        before = [next(iterator) for _ in range(cut)]
+        state = json.loads(json.dumps(first.state_dict()))
+        del iterator
+        first.close()
+        resumed = loader()
+        resumed.load_state_dict(state)
+        assert before + list(resumed) + list(resumed) == full, cut
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_dataset_with_epoch_continues_across_loader_epochs_and_checkpoints(uneven_shards, workers):
+    def loader():
+        dataset = wdsx.WebDataset(uneven_shards.urls, manifest=False).to_tuple("__key__").with_epoch(5)
+        return wdsx.WebLoader(dataset, batch_size=None, num_workers=workers)
+
+    reference = loader()
+    epochs = [[key for (key,) in reference] for _ in range(4)]
+    readers = max(1, workers)
+    assert all(len(epoch) == 5 * readers for epoch in epochs)
+    assert len({key for epoch in epochs for key in epoch}) == 20 * readers  # a stream, not a replay
+    first = loader()
+    seen = [[key for (key,) in first]]
+    iterator = iter(first)
+    seen.append([next(iterator)[0] for _ in range(3)])
+    state = json.loads(json.dumps(first.state_dict()))
+    del iterator
+    first.close()
+    resumed = loader()
+    resumed.load_state_dict(state)
+    seen[1] += [key for (key,) in resumed]
+    seen += [[key for (key,) in resumed] for _ in range(2)]
+    assert seen == epochs
+
+
+def test_elastic_resume_of_a_run_that_counted_by_scanning(tmp_path, monkeypatch):
+    from tests.fixtures.shards import make_shards
+
+    data = make_shards(str(tmp_path), [13, 4, 9, 17, 6])
+
+    def loader():
+        dataset = wdsx.WebDataset(data.urls, manifest=False, remainder="exact").to_tuple("__key__").batched(3)
+        return wdsx.WebLoader(dataset, batch_size=None, num_workers=0)
+
+    states, consumed = [], []
+    for rank in range(2):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        ranked = loader()
+        batches = iter(ranked)
+        consumed += [key for _ in range(2) for key in next(batches)[0]]
+        states.append(json.loads(json.dumps(ranked.state_dict())))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    resumed = loader()
+    resumed.load_state_dict({"format": "wdsx-global-state", "version": 1, "ranks": states})
+    assert Counter(consumed + keys(resumed)) == Counter(data.keys)

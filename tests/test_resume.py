@@ -192,3 +192,20 @@ def test_with_epoch_checkpoint_resumes_inside_a_nominal_epoch(uneven_shards):
     seen[2] += [key for (key,) in resumed]
     seen += [[key for (key,) in resumed] for _ in range(2)]
     assert seen == nominal and all(len(epoch) == 100 for epoch in seen)
+
+
+def test_repeat_checkpoint_keeps_the_passes_left(shards):
+    def pipeline():
+        return (
+            wdsx.WebDataset(shards.urls[:2], shardshuffle=True, manifest=False).to_tuple("__key__").repeat(2)
+        )
+
+    reference = pipeline()
+    iterations = [[key for (key,) in reference] for _ in range(2)]
+    first = pipeline()
+    iterator = iter(first)
+    before = [next(iterator)[0] for _ in range(50)]  # inside the second pass of the first iter()
+    resumed = pipeline()
+    resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    assert before + [key for (key,) in resumed] == iterations[0]
+    assert [key for (key,) in resumed] == iterations[1]

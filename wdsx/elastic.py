@@ -55,11 +55,15 @@ def unread(state: dict, stages: Sequence[Stage], world_size: int) -> tuple[list[
     reader: ShardReader = stages[index]
     if reader.custom_split is not None:
         raise StateError("elastic resume is not possible with custom nodesplitter/workersplitter functions")
+    if state.get("finished"):
+        return [], []
     progress = state["stages"].get(str(index))
     consumer, consumers = state["topology"]
     if progress is not None and "plan" in progress:
         plan = planning.ConsumerPlan.from_json(progress["plan"])
     else:
+        if progress is not None:
+            reader.check_counts(progress.get("counts"))
         order = planning.epoch_order(len(reader.urls), state["seed"], state["epoch"], reader.shuffle)
         plan = reader.plan_consumer(order, consumer, consumers, batch_hint(stages, index), world_size)
     leftovers = buffered_positions(state, reader, skip=index)

@@ -14,6 +14,7 @@ once by the new readers.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import logging
 import sys
@@ -53,6 +54,7 @@ class _WorkerStream:
         self.starts = starts
         self.slot = 0
         self.resumable = False
+        self.finished = False
 
     def __iter__(self) -> Iterator[tuple[Any, Any, _WorkerStream]]:
         from torch.utils.data import get_worker_info
@@ -63,19 +65,33 @@ class _WorkerStream:
         consumer = self.consumers[self.slot]
         if info is not None:
             distributed.assign(distributed.Topology(rank, world, consumer % self.workers, self.workers))
-        dataset = self.dataset
+        # A copy, so that making a with_epoch() dataset endless here (the loader counts the
+        # nominal epoch instead) leaves the caller's object alone when there are no workers.
+        dataset = self.dataset = copy.copy(self.dataset)
+        dataset.nsamples = -1
+        self.resumable = not dataset.not_resumable()
         start = self.starts[self.slot]
+        self.finished = bool(start and start.get("finished"))
+        if self.finished:
+            return
         if start is not None:
             dataset.load_state_dict(start)
         else:
             dataset.set_epoch(self.epoch)
-        self.resumable = not dataset.not_resumable()
         for item in dataset:
             yield item, dataset.current_position() if self.resumable else None, self
+        self.finished = True
 
     def state(self) -> dict | None:
-        """The pipeline's state now, if it can be restored exactly."""
-        return self.dataset.snapshot() if self.resumable else None
+        """The pipeline's state now, if it can be restored exactly. Once this worker's share of
+        the epoch is exhausted the state says so, so that a worker resumed from it delivers
+        nothing more in this epoch (the batch in hand may be a short last one)."""
+        if not self.resumable:
+            return None
+        state = self.dataset.snapshot()
+        if self.finished:
+            state["finished"] = True
+        return state
 
 
 class _CollateWithState:
@@ -244,6 +260,11 @@ class WebLoader(DataPipeline):
         dataset = self.dataset
         if isinstance(dataset, DataPipeline) and dataset._pending is not None:
             raise StateError("a checkpoint was loaded into the dataset; load it into the WebLoader instead")
+        if isinstance(dataset, DataPipeline) and dataset.nsamples > 0 and self.nsamples <= 0:
+            # dataset.with_epoch(n): n items per worker per epoch. The workers stream without
+            # end and the loader cuts its epochs at n x workers items, so each epoch continues
+            # the streams where the last one stopped (checkpoints included).
+            self.repetitions, self.nsamples = sys.maxsize, dataset.nsamples * self.slots
         if hasattr(dataset, "prepare"):
             topology = distributed.current(self._captured)
             dataset.prepare(topology, endless=self.nsamples > 0 or self.repetitions == sys.maxsize)
@@ -277,6 +298,9 @@ class WebLoader(DataPipeline):
         """This rank's share of a checkpoint re-dealt to the current ranks x workers."""
         if not isinstance(self.dataset, DataPipeline):
             raise StateError("elastic resume needs a wdsx dataset")
+        old_world = _world_of(rank_states[0])
+        if hasattr(self.dataset, "prepare"):  # the old plans were made with the counts it finds
+            self.dataset.prepare(distributed.Topology(0, old_world, 0, 1), self.dataset.nsamples > 0)
         readers: list[dict] = []
         main_leftovers: list = []
         for rank_state in rank_states:
@@ -286,7 +310,6 @@ class WebLoader(DataPipeline):
                     reader_state = self._fresh_reader_state(rank_state, progress["consumers"][slot], progress)
                 readers.append(reader_state)
             main_leftovers.extend(self._main_leftovers(rank_state))
-        old_world = _world_of(rank_states[0])
         consumers = world * self.slots
         log.info(
             "re-dealing a checkpoint of %d readers to %d readers (%d ranks x %d)",

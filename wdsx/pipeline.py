@@ -55,6 +55,8 @@ class _Stream:
         self.start = start
         self.epoch = start["epoch"] if start else pipeline._next_epoch
         self.nominal = start.get("nominal", 0) if start else 0
+        # passes of repeat(n) still to run in this iter(), the current one included
+        self.passes = (start.get("passes") if start else None) or pipeline.repetitions
         self.topology = pipeline._topology(start)
         self.run: Run | None = None
         self.started = False
@@ -63,9 +65,8 @@ class _Stream:
 
     def _generate(self) -> Iterator:
         pipeline = self.pipeline
-        repetitions = pipeline.repetitions
         restore = self.start
-        while repetitions > 0:
+        while self.passes > 0:
             self.started = True
             stages = pipeline.pipeline
             saved = {int(k): v for k, v in restore["stages"].items()} if restore else None
@@ -81,7 +82,7 @@ class _Stream:
                 yield from chain
             self.run = None
             self.epoch += 1
-            repetitions -= 1
+            self.passes -= 1
             if first is _NOTHING and not restore:
                 break  # an empty dataset: repeating it would loop forever
             restore = None
@@ -93,6 +94,7 @@ class _Stream:
                 "epoch": self.start["epoch"],
                 "stages": self.start.get("stages", {}),
                 "nominal": self.nominal,
+                "passes": self.passes,
             }
         stages = {}
         if self.run is not None:
@@ -102,6 +104,7 @@ class _Stream:
             "epoch": self.run.epoch if self.run else self.epoch,
             "stages": stages,
             "nominal": self.nominal,
+            "passes": self.passes,
         }
 
 
@@ -280,7 +283,7 @@ class DataPipeline(FluidInterface):
             urls = self._live.table.urls
             topology = self._live.topology
         else:
-            inner = {"epoch": self._next_epoch, "stages": {}, "nominal": 0}
+            inner = {"epoch": self._next_epoch, "stages": {}, "nominal": 0, "passes": 0}
             urls = []
             topology = distributed.current(self._captured)
         return {

@@ -21,13 +21,13 @@ from typing import Any
 from . import plan as planning
 from . import rng
 from .compression import named_compressed, uncompressed
-from .errors import ShardError, reraise_exception
+from .errors import ShardError, StateError, reraise_exception
 from .samples import POSITION, Cursor, group_members, sample_starts
 from .sources import SourceOptions, open_source, scheme_of
 from .sources.prefetch import Prefetcher
 from .stage import Run, Stage
 from .streams import Prefixed
-from .tar import BLOCK, iter_members, looks_like_header, scan_headers
+from .tar import BLOCK, iter_members, looks_like_header, read_exact, scan_headers
 
 log = logging.getLogger("wdsx")
 
@@ -79,7 +79,7 @@ class _TarStream:
     def _position(self, url: str, offset: int, opened_at: int, settings: ReadSettings) -> None:
         self.local_path = self.source.local_path
         if opened_at:
-            head = self.source.read(BLOCK)
+            head = read_exact(self.source.read, BLOCK)
             if looks_like_header(head):
                 stream: Any = Prefixed(head, self.source.read)
                 self.read, self.readinto = stream.read, stream.readinto
@@ -233,6 +233,7 @@ class _Progress:
         "plan",
         "explicit",
         "restored",
+        "counts",
         "span",
         "pos",
         "cursor",
@@ -245,6 +246,7 @@ class _Progress:
     def __init__(self) -> None:
         self.plan: planning.ConsumerPlan | None = None
         self.restored = False
+        self.counts: str | None = None  # digest of the sample counts the plan was made with
         self.explicit = False  # the plan came from a checkpoint (re-dealt), not from the epoch
         self.span = 0
         self.pos = 0
@@ -265,6 +267,7 @@ class _Progress:
             "draws": self.draws,
             "taken": self.taken,
             "done": self.done,
+            "counts": self.counts,
         }
         if self.explicit and self.plan is not None:
             state["plan"] = self.plan.to_json()
@@ -285,6 +288,7 @@ class _Progress:
         self.cursor = Cursor(saved["offset"], saved["ordinal"])
         self.cursor.done = saved["piece_done"]
         self.leftover, self.draws, self.taken = saved["leftover"], saved["draws"], saved["taken"]
+        self.counts = saved.get("counts")
         self.done = saved["done"]
         if "plan" in saved:
             self.plan = planning.ConsumerPlan.from_json(saved["plan"])
@@ -378,6 +382,18 @@ class ShardReader(ShardStage):
             return self.remainder
         return "pad" if world_size > 1 and self.split_ranks else "exact"
 
+    def counts_digest(self) -> str | None:
+        """A short fingerprint of the per-shard sample counts (plans depend on them)."""
+        return None if self.counts is None else f"{rng.derive_seed(*self.counts):016x}"
+
+    def check_counts(self, saved: str | None) -> None:
+        """Refuse to rebuild a checkpoint's plan from other sample counts than it was made with."""
+        if saved != self.counts_digest():
+            raise StateError(
+                "the checkpoint's epoch was dealt with other per-shard sample counts than this "
+                "dataset has now (a changed manifest, or counts given differently)"
+            )
+
     def counts_in_order(self, order: Sequence[int]) -> list[int] | None:
         return [self.counts[i] for i in order] if self.counts is not None else None
 
@@ -418,6 +434,9 @@ class ShardReader(ShardStage):
         progress = _Progress.attach(run, index)
         if self.resampled:
             return self._resampled(run, progress)
+        if progress.restored and not progress.explicit:
+            self.check_counts(progress.counts)
+        progress.counts = self.counts_digest()
         order, plan = self.plan_for(run, index)
         if progress.plan is None:
             progress.plan = plan

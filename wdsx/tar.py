@@ -309,7 +309,8 @@ def _safe_name(header: bytes) -> str | None:
         return None
 
 
-def _read_exact(read: Callable[[int], bytes], n: int) -> bytes:
+def read_exact(read: Callable[[int], bytes], n: int) -> bytes:
+    """``n`` bytes from ``read``, or fewer only when the stream ends."""
     parts = []
     while n > 0:
         part = read(n)
@@ -333,7 +334,7 @@ def scan_headers(
     pax: dict[str, str] = {}
     entry: int | None = None
     while True:
-        header = _read_exact(read, BLOCK)
+        header = read_exact(read, BLOCK)
         if len(header) < BLOCK:
             reason = "stream ends without an end-of-archive block" if not header else "truncated tar header"
             raise ShardError(url, offset, reason + " (truncated shard?)")
@@ -351,7 +352,7 @@ def scan_headers(
             size = _pax_int(pax["size"], url, offset)
         padded = (size + BLOCK - 1) & ~(BLOCK - 1)
         if kind in (_PAX_LOCAL, _GNU_LONGNAME, _PAX_GLOBAL):
-            data = _read_exact(read, padded)
+            data = read_exact(read, padded)
             if len(data) < size:
                 raise ShardError(url, offset, "truncated extended header")
             if kind != _PAX_GLOBAL:
@@ -370,6 +371,6 @@ def scan_headers(
                 pax = {}
             if skip is not None:
                 skip(padded)
-            elif len(_read_exact(read, padded)) < padded:
+            elif len(read_exact(read, padded)) < padded:
                 raise ShardError(url, offset, "truncated member", _safe_name(header))
         offset += BLOCK + padded
