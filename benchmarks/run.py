@@ -31,34 +31,22 @@ def ratio_row(name: str, rates: dict[str, float], target: str, unit: str = " /s"
     return (name, fmt(rates["wdsx"], unit), fmt(rates["webdataset"], unit), f"{ratio:.2f}x", target)
 
 
+READ_PIPELINES = (
+    # (row name, pipeline builder, shard set, yields batches, target)
+    ("raw iteration, 100k x ~100 B samples", bench_read.raw, "tiny", False, ">= 10x"),
+    ("raw iteration, 20k x ~24 KB JPEG samples", bench_read.raw, "jpeg", False, ">= 5x"),
+    ('decode("rgb8").to_tuple("jpg", "cls")', bench_read.decoded, "jpeg", False, ">= 1.5x"),
+    ("... + shuffle(1000).batched(64)", bench_read.shuffled_batches, "jpeg", True, ">= 1.8x"),
+    ("WebLoader(num_workers=2), end to end", bench_read.loader, "jpeg", True, ">= 2.5x"),
+)
+
+
 def read_section(repeats: int) -> list[Row]:
-    tiny, jpeg = data.tiny_shards(), data.jpeg_shards()
+    shards = {"tiny": data.tiny_shards(), "jpeg": data.jpeg_shards()}
+    tiny, jpeg = shards["tiny"], shards["jpeg"]
     rows = [
-        ratio_row(
-            "raw iteration, 100k x ~100 B samples",
-            bench_read.rates(bench_read.raw, tiny, False, repeats),
-            ">= 10x",
-        ),
-        ratio_row(
-            "raw iteration, 20k x ~24 KB JPEG samples",
-            bench_read.rates(bench_read.raw, jpeg, False, repeats),
-            ">= 5x",
-        ),
-        ratio_row(
-            'decode("rgb8").to_tuple("jpg", "cls")',
-            bench_read.rates(bench_read.decoded, jpeg, False, repeats),
-            ">= 1.5x",
-        ),
-        ratio_row(
-            "... + shuffle(1000).batched(64)",
-            bench_read.rates(bench_read.shuffled_batches, jpeg, True, repeats),
-            ">= 1.8x",
-        ),
-        ratio_row(
-            "WebLoader(num_workers=2), end to end",
-            bench_read.rates(bench_read.loader, jpeg, True, repeats),
-            ">= 2.5x",
-        ),
+        ratio_row(name, bench_read.rates(build, shards[which], batched, repeats), target)
+        for name, build, which, batched, target in READ_PIPELINES
     ]
     calls = bench_read.python_calls_per_sample(tiny)
     rows.append(
