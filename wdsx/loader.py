@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from . import distributed, elastic
+from . import distributed, elastic, transport
 from .errors import StateError
 from .pipeline import DataPipeline, register_with_torch
 from .stage import Run, Stage, replay, source_index
@@ -211,13 +211,18 @@ class WebLoader(DataPipeline):
 
     Takes the DataLoader's arguments. Stages added with the fluent methods (``.unbatched()``,
     ``.shuffle(n)``, ``.batched(b)``...) run in the main process on what the workers deliver.
+
+    Workers send batches through shared memory that they reuse once the main process has
+    freed a batch (:mod:`wdsx.transport`), instead of new shared memory for every tensor;
+    ``reuse_shared_memory=False`` restores PyTorch's way.
     """
 
-    def __init__(self, dataset: Any, *args: Any, **kwargs: Any):
+    def __init__(self, dataset: Any, *args: Any, reuse_shared_memory: bool = True, **kwargs: Any):
         from torch.utils.data import DataLoader
 
         bound = inspect.signature(DataLoader).bind(dataset, *args, **kwargs)
         self.dataset = dataset
+        self.reuse_shared_memory = reuse_shared_memory
         self.loader_kwargs = {k: v for k, v in bound.arguments.items() if k != "dataset"}
         super().__init__(LoaderSource(self))
         register_with_torch()
@@ -251,9 +256,12 @@ class WebLoader(DataPipeline):
 
         IterableDataset.register(_WorkerStream)
         kwargs = dict(self.loader_kwargs)
+        collate = kwargs.get("collate_fn") or (default_collate if self.auto_batched else default_convert)
+        if self.reuse_shared_memory:
+            collate = transport.PackingCollate(collate)
         if not plain:
-            collate = kwargs.get("collate_fn") or (default_collate if self.auto_batched else default_convert)
-            kwargs["collate_fn"] = _CollateWithState(collate, self.auto_batched)
+            collate = _CollateWithState(collate, self.auto_batched)
+        kwargs["collate_fn"] = collate
         return DataLoader(dataset, **kwargs)
 
     def __iter__(self) -> Iterator:
