@@ -115,14 +115,20 @@ def test_batches_modified_in_place_do_not_leak_into_later_ones(array_shards):
     assert count == 120
 
 
-def test_a_dataset_that_is_not_a_wdsx_pipeline_is_sent_the_same_way(array_shards):
-    class Arrays(torch.utils.data.IterableDataset):
-        def __iter__(self):
-            info = torch.utils.data.get_worker_info()
-            for index in range(info.id, 40, info.num_workers):
-                yield torch.from_numpy(array_for(index).astype(np.uint8)), index
+class Arrays(torch.utils.data.IterableDataset):
+    """Not a wdsx pipeline: samples ``index`` with the array of ``array_for(index)``."""
 
-    batches = list(wdsx.WebLoader(Arrays(), batch_size=16, num_workers=2))
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        for index in range(info.id, 40, info.num_workers):
+            yield torch.from_numpy(array_for(index).astype(np.uint8)), index
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_a_dataset_that_is_not_a_wdsx_pipeline_is_sent_the_same_way(context):
+    loader = wdsx.WebLoader(Arrays(), batch_size=16, num_workers=2, multiprocessing_context=context)
+    batches = list(loader)
     assert sorted(int(label) for _, labels in batches for label in labels) == list(range(40))
+    assert not batches[0][0].is_shared()
     for images, labels in batches:
         assert_batch_matches_its_samples(images, labels)
