@@ -105,11 +105,12 @@ def test_error_in_user_map_carries_the_sample_identity(tmp_path):
 def test_resuming_through_a_stream_that_returns_short_reads(tmp_path, monkeypatch):
     import wdsx.reader as reader_module
     from wdsx.samples import POSITION
+    from wdsx.sources.base import Source
 
     data = make_shards(str(tmp_path), [10])
     real_open = reader_module.open_source
 
-    class Short:
+    class Short(Source):
         def __init__(self, inner):
             self.inner, self.local_path = inner, None
 

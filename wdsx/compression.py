@@ -30,16 +30,19 @@ def named_compressed(url: str) -> bool:
     return url.endswith(COMPRESSED_SUFFIXES)
 
 
-def uncompressed(read: Callable[[int], bytes]) -> tuple[Any, bool]:
+def uncompressed(
+    read: Callable[[int], bytes], readinto: Callable[[memoryview], int] | None = None
+) -> tuple[Any, bool]:
     """The tar byte stream (an object with ``read`` and ``readinto``) of a stream that may be
-    compressed, and whether it was."""
+    compressed, and whether it was. ``readinto``, when the stream has one, reads an
+    uncompressed stream without an intermediate copy."""
     head = b""
     while len(head) < _SNIFF:
         part = read(_SNIFF - len(head))
         if not part:
             break
         head += part
-    raw = Prefixed(head, read)
+    raw = Prefixed(head, read, readinto)
     for magic, opener in _OPENERS.items():
         if head.startswith(magic):
             return opener(raw), True

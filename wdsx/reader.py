@@ -81,12 +81,12 @@ class _TarStream:
         if opened_at:
             head = read_exact(self.source.read, BLOCK)
             if looks_like_header(head):
-                stream: Any = Prefixed(head, self.source.read)
+                stream: Any = Prefixed(head, self.source.read, self.source.readinto)
                 self.read, self.readinto = stream.read, stream.readinto
                 return
             self.source.close()
             self.source = open_source(url, 0, settings.options, sha256=settings.expected_hash(url))
-        stream, compressed = uncompressed(self.source.read)
+        stream, compressed = uncompressed(self.source.read, self.source.readinto)
         self.read, self.readinto = stream.read, stream.readinto
         if offset and not compressed:
             raise ShardError(url, offset, "no tar header at the resume offset (was the shard rewritten?)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 
@@ -13,14 +14,27 @@ def read_into(read: Callable[[int], bytes], buffer: memoryview) -> int:
 
 
 class Prefixed:
-    """A reader that returns bytes already taken from a stream before the rest of it."""
+    """A reader that returns bytes already taken from a stream before the rest of it. Once
+    those are used up, reads go straight to the stream (into the caller's buffer, when the
+    stream can do that), so the bytes of a shard are copied only once."""
 
-    def __init__(self, head: bytes, read: Callable[[int], bytes]):
+    def __init__(
+        self,
+        head: bytes,
+        read: Callable[[int], bytes],
+        readinto: Callable[[memoryview], int] | None = None,
+    ):
         self.head = head
         self._read = read
+        self._readinto = readinto or functools.partial(read_into, read)
 
     def readinto(self, buffer: memoryview) -> int:
-        return read_into(self.read, buffer)
+        if not self.head:
+            return self._readinto(buffer)
+        count = min(len(buffer), len(self.head))
+        buffer[:count] = self.head[:count]
+        self.head = self.head[count:]
+        return count
 
     def read(self, n: int = -1) -> bytes:
         if not self.head:
