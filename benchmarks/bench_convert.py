@@ -34,7 +34,7 @@ if mode == "webdataset":
     import webdataset as wds
 else:
     import PIL.Image
-    from wdsx.cli import main
+    from wdsx.commands.cli import main
 started = time.perf_counter()  # libraries imported: time the conversion only
 if mode == "webdataset":
     classes = sorted(d for d in os.listdir(src) if os.path.isdir(os.path.join(src, d)))

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 import wdsx
-from wdsx import cli
+from wdsx.commands import cli
 
 ROOT = os.path.relpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 SOURCE = os.path.join(ROOT, "data", "fashion-mnist-mini")

@@ -3,7 +3,7 @@
 
 import sys
 
-from wdsx.cli import main
+from wdsx.commands.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["convert", *sys.argv[1:]]))

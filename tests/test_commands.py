@@ -11,8 +11,8 @@ import PIL.Image
 import pytest
 
 from tests.fixtures.shards import write_tar
-from wdsx import cli
-from wdsx.writer import ShardWriter
+from wdsx.commands import cli
+from wdsx.write.writer import ShardWriter
 
 
 def png(value: int) -> bytes:

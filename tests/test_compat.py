@@ -15,7 +15,7 @@ import torch
 import webdataset
 
 import wdsx
-from wdsx.samples import POSITION
+from wdsx.read.samples import POSITION
 
 warnings.filterwarnings("ignore", message=".*shardshuffle.*")
 

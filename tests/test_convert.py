@@ -19,9 +19,9 @@ import webdataset as wds
 from PIL import Image
 
 import wdsx
-from wdsx.cli import main
-from wdsx.convert import ConvertSettings, convert, rank_and_world_size
-from wdsx.manifest import Manifest
+from wdsx.commands.cli import main
+from wdsx.read.manifest import Manifest
+from wdsx.write.convert import ConvertSettings, convert, rank_and_world_size
 
 REPO = Path(__file__).resolve().parents[1]
 MINI = REPO / "data" / "fashion-mnist-mini"
@@ -159,7 +159,7 @@ def test_maxsize_cuts_where_webdataset_shardwriter_cuts(tmp_path):
 _SLOW_CONVERT = [
     sys.executable,
     "-m",
-    "wdsx.cli",
+    "wdsx.commands.cli",
     "convert",
     "--maxcount",
     "2",

@@ -15,8 +15,8 @@ import torch
 import webdataset.autodecode as wad
 
 import wdsx
-from wdsx.decode import IMAGE_SPECS
-from wdsx.decode import simplejpeg as fast_jpeg
+from wdsx.codecs.decode import IMAGE_SPECS
+from wdsx.codecs.decode import simplejpeg as fast_jpeg
 
 
 def image_bytes(

@@ -103,8 +103,8 @@ def test_error_in_user_map_carries_the_sample_identity(tmp_path):
 
 
 def test_resuming_through_a_stream_that_returns_short_reads(tmp_path, monkeypatch):
-    import wdsx.reader as reader_module
-    from wdsx.samples import POSITION
+    import wdsx.stages.reading as reader_module
+    from wdsx.read.samples import POSITION
     from wdsx.sources.base import Source
 
     data = make_shards(str(tmp_path), [10])

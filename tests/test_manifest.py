@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from webdataset import tariterators
 
-from wdsx.cli import main
+from wdsx.commands.cli import main
 from wdsx.errors import ShardError
-from wdsx.manifest import (
+from wdsx.read.manifest import (
     Manifest,
     ShardEntry,
     build_manifest,
@@ -172,7 +172,7 @@ def test_build_manifest_and_index_command(tmp_path):
 
 def test_a_manifest_describes_only_the_shards_beside_it(tmp_path):
     import wdsx
-    from wdsx.writer import ShardWriter
+    from wdsx.write.writer import ShardWriter
 
     for folder in ("a", "b"):
         with ShardWriter(str(tmp_path / folder / "train-%06d.tar"), maxcount=3, verbose=0) as sink:
@@ -191,7 +191,7 @@ def test_a_manifest_describes_only_the_shards_beside_it(tmp_path):
 
 def test_counts_follow_select_files(tmp_path):
     import wdsx
-    from wdsx.writer import ShardWriter
+    from wdsx.write.writer import ShardWriter
 
     with ShardWriter(str(tmp_path / "s-%06d.tar"), maxcount=10, verbose=0) as sink:
         for i in range(6):

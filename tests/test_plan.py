@@ -10,7 +10,7 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wdsx import plan as planning
+from wdsx.read import deal as planning
 
 
 def all_samples(counts: list[int]) -> list[tuple[int, int]]:

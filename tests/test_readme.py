@@ -9,7 +9,7 @@ import shlex
 
 import pytest
 
-from wdsx import cli
+from wdsx.commands import cli
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 

@@ -10,8 +10,8 @@ import pytest
 
 import wdsx
 from tests.fixtures.shards import make_shards
-from wdsx.samples import POSITION
-from wdsx.state import unpack_positions
+from wdsx.read.samples import POSITION
+from wdsx.state.checkpoint import unpack_positions
 
 
 def local_samples(urls: list[str]) -> list[dict]:

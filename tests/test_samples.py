@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from tests.fixtures.shards import tar_bytes
 from wdsx.errors import ShardError
-from wdsx.samples import POSITION, Cursor, group_members, is_meta, sample_starts, split_key
-from wdsx.tar import iter_members, scan_headers
+from wdsx.read.samples import POSITION, Cursor, group_members, is_meta, sample_starts, split_key
+from wdsx.read.tar import iter_members, scan_headers
 
 name_text = st.text(alphabet=st.sampled_from(list("ab.c/_\n-ÅZ9")), min_size=0, max_size=14)
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import wdsx
 from wdsx.errors import StateError
-from wdsx.state import pack_positions, unpack_positions
+from wdsx.state.checkpoint import pack_positions, unpack_positions
 
 rows = st.lists(
     st.tuples(

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tests.fixtures.shards import tar_bytes
 from wdsx.errors import ShardError
-from wdsx.tar import iter_members, scan_headers
+from wdsx.read.tar import iter_members, scan_headers
 
 FORMATS = {"ustar": tarfile.USTAR_FORMAT, "gnu": tarfile.GNU_FORMAT, "pax": tarfile.PAX_FORMAT}
 

@@ -15,7 +15,7 @@ import torch
 
 import wdsx
 from tests.fixtures.shards import write_tar
-from wdsx import transport
+from wdsx.loader import transport
 
 pytestmark = pytest.mark.skipif(not transport.AVAILABLE, reason="needs memfd_create")
 

@@ -21,10 +21,10 @@ import torch
 import webdataset as wds
 from PIL import Image
 
-from wdsx.manifest import Manifest
-from wdsx.tar import scan_headers
-from wdsx.tarformat import HeaderMaker, end_of_archive, padding
-from wdsx.writer import ShardWriter, TarWriter
+from wdsx.read.manifest import Manifest
+from wdsx.read.tar import scan_headers
+from wdsx.write.tarformat import HeaderMaker, end_of_archive, padding
+from wdsx.write.writer import ShardWriter, TarWriter
 
 LONG_DIR = "d" * 60 + "/" + "e" * 70  # 131 chars: fits ustar's prefix + name fields
 LONG_KEY = "x" * 300  # fits no ustar field: needs a pax header
@@ -159,7 +159,7 @@ _WRITE_SCRIPT = """
 import sys, time
 import numpy as np
 time.time = lambda: 2_000_000_000.0  # a different "now" from the parent's
-from wdsx.writer import TarWriter
+from wdsx.write.writer import TarWriter
 with TarWriter(sys.argv[1]) as w:
     for i in range(20):
         w.write({"__key__": f"s{i}", "npy": np.arange(i), "txt.gz": "t" * i, "json": {"i": i}})
@@ -190,7 +190,7 @@ def test_exception_inside_with_leaves_nothing(tmp_path):
 
 _BIG_WRITE_SCRIPT = """
 import sys
-from wdsx.writer import TarWriter
+from wdsx.write.writer import TarWriter
 payload = bytes(1 << 20)
 with TarWriter(sys.argv[1]) as w:
     for i in range(100000):
@@ -365,7 +365,7 @@ def test_shard_writer_exception_keeps_complete_shards_only(tmp_path):
 
 def test_writes_through_the_sink_interface(tmp_path, monkeypatch):
     """A URL goes through open_sink: what the sink receives is the shard, committed once."""
-    from wdsx import writer as writer_module
+    from wdsx.write import writer as writer_module
 
     events = []
 

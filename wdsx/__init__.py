@@ -8,9 +8,7 @@ on local disks, ``s3://``, ``http(s)://`` or behind ``pipe:`` commands.
 Importing wdsx does not import torch; torch is used only by WebLoader and tensor outputs.
 """
 
-from .batch import batched, collate_torch, default_collation_fn, listed, unbatched, unlisted
-from .dataset import FluidWrapper, WebDataset
-from .decode import (
+from wdsx.codecs.decode import (
     Continue,
     Decoder,
     ImageHandler,
@@ -23,8 +21,7 @@ from .decode import (
     torch_loads,
     torch_video,
 )
-from .distributed import pytorch_worker_info
-from .errors import (
+from wdsx.core.errors import (
     DecodingError,
     NotResumableError,
     ShardError,
@@ -37,13 +34,19 @@ from .errors import (
     warn_and_continue,
     warn_and_stop,
 )
-from .fluid import FluidInterface
-from .loader import WebLoader, gather_loader_state, split_loader_state
-from .manifest import Manifest
-from .pipeline import DataPipeline
-from .reader import tarfile_samples, tarfile_to_samples
-from .samples import POSITION
-from .shards import (
+from wdsx.core.topology import pytorch_worker_info
+from wdsx.loader.webloader import WebLoader, gather_loader_state, split_loader_state
+from wdsx.pipeline.datapipeline import DataPipeline
+from wdsx.pipeline.fluid import FluidInterface
+from wdsx.pipeline.webdataset import FluidWrapper, WebDataset
+from wdsx.read.manifest import Manifest
+from wdsx.read.samples import POSITION
+from wdsx.sources import SourceOptions
+from wdsx.sources.gopen import gopen
+from wdsx.stages.base import Stage, pipelinefilter, stateless
+from wdsx.stages.batch import batched, collate_torch, default_collation_fn, listed, unbatched, unlisted
+from wdsx.stages.reading import tarfile_samples, tarfile_to_samples
+from wdsx.stages.shardlists import (
     ResampledShardList,
     ResampledShards,
     SimpleShardList,
@@ -54,11 +57,8 @@ from .shards import (
     split_by_node,
     split_by_worker,
 )
-from .shuffle import detshuffle, shuffle
-from .sources import SourceOptions
-from .sources.gopen import gopen
-from .stage import Stage, pipelinefilter, stateless
-from .stages import (
+from wdsx.stages.shuffle import detshuffle, shuffle
+from wdsx.stages.transforms import (
     associate,
     decode,
     extract_keys,
@@ -77,7 +77,7 @@ from .stages import (
     transform_with,
     xdecode,
 )
-from .writer import ShardWriter, TarWriter
+from wdsx.write.writer import ShardWriter, TarWriter
 
 __version__ = "0.1.0"
 

@@ -8,8 +8,8 @@ import statistics
 import time
 from typing import Any
 
-from .. import WebDataset, WebLoader
-from .common import human, payload_bytes, shard_urls
+from wdsx import WebDataset, WebLoader
+from wdsx.commands.common import human, payload_bytes, shard_urls
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from .common import raw_samples, shard_urls
+from wdsx.commands.common import raw_samples, shard_urls
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

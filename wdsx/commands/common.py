@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..reader import ReadSettings, read_piece
-from ..samples import Cursor
-from ..shards import expand_urls
-from ..sources import SourceOptions
+from wdsx.read.samples import Cursor
+from wdsx.sources import SourceOptions
+from wdsx.stages.reading import ReadSettings, read_piece
+from wdsx.stages.shardlists import expand_urls
 
 
 def shard_urls(specs: Sequence[str]) -> list[str]:

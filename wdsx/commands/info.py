@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from ..manifest import Manifest, manifest_url_for_shard
-from .common import human, payload_bytes, raw_samples, shard_urls
+from wdsx.commands.common import human, payload_bytes, raw_samples, shard_urls
+from wdsx.read.manifest import Manifest, manifest_url_for_shard
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..samples import POSITION
-from .common import raw_samples, shard_urls
+from wdsx.commands.common import raw_samples, shard_urls
+from wdsx.read.samples import POSITION
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

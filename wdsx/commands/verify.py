@@ -8,10 +8,10 @@ from __future__ import annotations
 import argparse
 import posixpath
 
-from ..decode import IMAGE_EXTENSIONS, ImageHandler
-from ..errors import WdsxError
-from ..manifest import Manifest, index_shard, manifest_url_for_shard
-from .common import raw_samples, shard_urls
+from wdsx.codecs.decode import IMAGE_EXTENSIONS, ImageHandler
+from wdsx.commands.common import raw_samples, shard_urls
+from wdsx.core.errors import WdsxError
+from wdsx.read.manifest import Manifest, index_shard, manifest_url_for_shard
 
 _IMAGES = frozenset(IMAGE_EXTENSIONS)
 

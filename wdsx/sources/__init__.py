@@ -10,10 +10,10 @@ import os
 import re
 from collections.abc import Callable
 
-from ..errors import SourceError
-from .base import Sink, Source, SourceOptions
-from .listing import list_shards
-from .local import LocalSink, LocalSource, local_path
+from wdsx.core.errors import SourceError
+from wdsx.sources.base import Sink, Source, SourceOptions
+from wdsx.sources.listing import list_shards
+from wdsx.sources.local import LocalSink, LocalSource, local_path
 
 Opener = Callable[[str, int, SourceOptions], Source]
 SinkOpener = Callable[[str, SourceOptions], Sink]
@@ -71,7 +71,7 @@ def open_source(
     if opener is None:
         raise SourceError(url, f"no reader for URL scheme {scheme!r}")
     if options.cache_dir:
-        from .cache import open_cached
+        from wdsx.sources.cache import open_cached
 
         return open_cached(url, offset, options, opener, sha256)
     return opener(url, offset, options)
@@ -99,7 +99,7 @@ def _load_backends() -> None:
     global _loaded
     if not _loaded:
         # Marked loaded only once imported: a thread racing this one waits on the import lock.
-        from . import backends  # noqa: F401  (registers s3, http, pipe)
+        from wdsx.sources import backends  # noqa: F401  (registers s3, http, pipe)
 
         _loaded = True
 

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from ..errors import SourceError
-from . import register
-from .base import Sink, Source, SourceOptions
-from .http import open_http
-from .pipe import PipeSink, PipeSource
+from wdsx.core.errors import SourceError
+from wdsx.sources import register
+from wdsx.sources.base import Sink, Source, SourceOptions
+from wdsx.sources.http import open_http
+from wdsx.sources.pipe import PipeSink, PipeSource
 
 
 def _s3_module(url: str) -> ModuleType:
     try:
-        from . import s3
+        from wdsx.sources import s3
     except ImportError as exn:
         raise SourceError(url, f"s3:// URLs need {exn.name!r}: pip install 'wdsx[s3]'") from exn
     return s3

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..streams import read_into
+from wdsx.core.streams import read_into
 
 
 @dataclass(frozen=True)

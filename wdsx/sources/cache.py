@@ -25,9 +25,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..errors import SourceError
-from .base import Source, SourceOptions
-from .local import LocalSource
+from wdsx.core.errors import SourceError
+from wdsx.sources.base import Source, SourceOptions
+from wdsx.sources.local import LocalSource
 
 log = logging.getLogger("wdsx")
 

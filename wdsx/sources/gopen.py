@@ -6,8 +6,8 @@ import io
 import sys
 from typing import IO
 
-from . import open_sink, open_source
-from .base import Sink, Source, SourceOptions
+from wdsx.sources import open_sink, open_source
+from wdsx.sources.base import Sink, Source, SourceOptions
 
 
 class _SourceFile(io.RawIOBase):

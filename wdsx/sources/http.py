@@ -13,9 +13,9 @@ import urllib.error
 import urllib.request
 from email.message import Message
 
-from ..errors import SourceError
-from .base import Source, SourceOptions
-from .retry import Response, ResumingSource, TransientError, content_range, empty_response
+from wdsx.core.errors import SourceError
+from wdsx.sources.base import Source, SourceOptions
+from wdsx.sources.retry import Response, ResumingSource, TransientError, content_range, empty_response
 
 _RETRY_STATUSES = frozenset((408, 425, 429))
 

@@ -14,9 +14,9 @@ import os
 import re
 from collections.abc import Callable
 
-from ..compression import SHARD_SUFFIXES
-from .base import SourceOptions
-from .local import local_path
+from wdsx.core.compression import SHARD_SUFFIXES
+from wdsx.sources.base import SourceOptions
+from wdsx.sources.local import local_path
 
 _GLOB_CHAR = re.compile(r"[*?[]")
 
@@ -59,8 +59,8 @@ def _key_filter(key_pattern: str) -> tuple[str, Callable[[str], bool]] | None:
 
 
 def _list_s3(pattern: str, options: SourceOptions) -> list[str]:
-    from .retry import call_with_retries
-    from .s3 import s3_client, s3_errors, split_s3_url
+    from wdsx.sources.retry import call_with_retries
+    from wdsx.sources.s3 import s3_client, s3_errors, split_s3_url
 
     bucket, key_pattern = split_s3_url(pattern)
     selection = _key_filter(key_pattern)

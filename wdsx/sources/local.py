@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import tempfile
 
-from ..errors import SourceError
-from .base import Sink, Source
+from wdsx.core.errors import SourceError
+from wdsx.sources.base import Sink, Source
 
 
 def local_path(url: str) -> str | None:

@@ -18,9 +18,9 @@ import subprocess
 import time
 from typing import IO
 
-from ..env import secure_mode
-from ..errors import SourceError
-from .base import Sink, Source, SourceOptions
+from wdsx.core.env import secure_mode
+from wdsx.core.errors import SourceError
+from wdsx.sources.base import Sink, Source, SourceOptions
 
 log = logging.getLogger("wdsx")
 

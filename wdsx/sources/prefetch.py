@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import threading
 
-from . import open_source, scheme_of
-from .base import Source, SourceOptions
+from wdsx.sources import open_source, scheme_of
+from wdsx.sources.base import Source, SourceOptions
 
 _BUFFERED_CHUNKS = 4
 

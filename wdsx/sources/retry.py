@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from ..errors import SourceError
-from .base import Source, SourceOptions
+from wdsx.core.errors import SourceError
+from wdsx.sources.base import Source, SourceOptions
 
 log = logging.getLogger("wdsx")
 T = TypeVar("T")

@@ -21,9 +21,9 @@ import botocore.exceptions
 import urllib3.exceptions
 from botocore.config import Config
 
-from ..errors import SourceError
-from .base import Sink, Source, SourceOptions
-from .retry import (
+from wdsx.core.errors import SourceError
+from wdsx.sources.base import Sink, Source, SourceOptions
+from wdsx.sources.retry import (
     Response,
     ResumingSource,
     TransientError,

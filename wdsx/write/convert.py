@@ -35,11 +35,11 @@ from typing import Any
 
 from PIL import Image, ImageOps
 
-from . import rng
-from .errors import WdsxError
-from .manifest import Manifest, ShardEntry, manifest_url_for_pattern, natural_key, read_if_present
-from .sources import SourceOptions, local_path, open_sink
-from .writer import TarWriter, shard_is_full
+from wdsx.core import rng
+from wdsx.core.errors import WdsxError
+from wdsx.read.manifest import Manifest, ShardEntry, manifest_url_for_pattern, natural_key, read_if_present
+from wdsx.sources import SourceOptions, local_path, open_sink
+from wdsx.write.writer import TarWriter, shard_is_full
 
 IMAGE_EXTENSIONS = frozenset("jpg jpeg jpe png webp bmp gif tif tiff ppm pgm pbm".split())
 """File extensions (any case) taken as images."""

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from . import distributed
-from .state import PositionTable
+from wdsx.core import topology as distributed
+from wdsx.state.checkpoint import PositionTable
 
 Position = tuple
 """``(url, byte_offset, ordinal)``, with a fourth element ``True`` for padding samples."""

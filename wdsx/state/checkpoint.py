@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import NotResumableError, StateError
+from wdsx.core.errors import NotResumableError, StateError
 
 FORMAT = "wdsx-state"
 LOADER_FORMAT = "wdsx-loader-state"

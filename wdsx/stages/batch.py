@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from .buffer import Buffer
-from .stage import Run, Stage
+from wdsx.stages.base import Run, Stage
+from wdsx.stages.buffer import Buffer
 
 
 def _is_tensor(value: Any) -> bool:

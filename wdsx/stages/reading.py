@@ -1,7 +1,7 @@
 """Reading shards into samples, starting anywhere: the source stage of every pipeline.
 
 :class:`ShardReader` (what ``WebDataset`` builds on) reads the spans its consumer was dealt
-(:mod:`wdsx.plan`); :class:`TarExpander` (webdataset's ``tarfile_to_samples``) reads whatever
+(:mod:`wdsx.read.deal`); :class:`TarExpander` (webdataset's ``tarfile_to_samples``) reads whatever
 URLs the stages before it produce. Both keep a cursor: the shard, byte offset and ordinal of
 the next sample. A checkpoint stores that cursor, and resuming opens the shard at that offset
 (a seek, or a ranged request) instead of re-reading the shard's beginning.
@@ -18,20 +18,18 @@ from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
-from . import plan as planning
-from . import rng
-from .compression import named_compressed, uncompressed
-from .errors import ShardError, StateError, reraise_exception
-from .samples import POSITION, Cursor, group_members, sample_starts
-from .sources import SourceOptions, open_source, scheme_of
-from .sources.prefetch import Prefetcher
-from .stage import Run, Stage
-from .streams import Prefixed
-from .tar import BLOCK, iter_members, looks_like_header, read_exact, scan_headers
+from wdsx.core import rng
+from wdsx.core.compression import named_compressed, uncompressed
+from wdsx.core.errors import Handler, ShardError, StateError, reraise_exception
+from wdsx.core.streams import Prefixed
+from wdsx.read import deal as planning
+from wdsx.read.samples import POSITION, Cursor, group_members, sample_starts
+from wdsx.read.tar import BLOCK, iter_members, looks_like_header, read_exact, scan_headers
+from wdsx.sources import SourceOptions, open_source, scheme_of
+from wdsx.sources.prefetch import Prefetcher
+from wdsx.stages.base import Run, Stage
 
 log = logging.getLogger("wdsx")
-
-Handler = Callable[[BaseException], bool]
 
 
 @dataclass

@@ -10,10 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import batch, shuffle, stages
-from .errors import reraise_exception
-
-Handler = Callable[[BaseException], bool]
+from wdsx.core.errors import Handler, reraise_exception
+from wdsx.stages import batch, shuffle
+from wdsx.stages import transforms as stages
 
 
 class FluidInterface:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from . import rng
+from wdsx.core import rng
 
 REMAINDERS = ("exact", "pad", "drop")
 

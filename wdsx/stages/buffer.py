@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .stage import Run
+from wdsx.stages.base import Run
 
 
 class Buffer:

@@ -8,7 +8,7 @@ the workers (skipping finished ones), so on resume new worker ``j`` gets the sta
 worker ``(next + j) % W`` and the sequence of batches continues exactly.
 
 A state saved with a different number of workers (or, through :func:`gather_loader_state`,
-ranks) is re-dealt (:mod:`wdsx.elastic`): the remaining samples of the epoch are read exactly
+ranks) is re-dealt (:mod:`wdsx.loader.elastic`): the remaining samples of the epoch are read exactly
 once by the new readers.
 """
 
@@ -21,11 +21,12 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from . import distributed, elastic, transport
-from .errors import StateError
-from .pipeline import DataPipeline, register_with_torch
-from .stage import Run, Stage, replay, source_index
-from .state import FORMAT, VERSION
+from wdsx.core import topology as distributed
+from wdsx.core.errors import StateError
+from wdsx.loader import elastic, transport
+from wdsx.pipeline.datapipeline import DataPipeline, register_with_torch
+from wdsx.stages.base import Run, Stage, replay, source_index
+from wdsx.state.checkpoint import FORMAT, VERSION
 
 log = logging.getLogger("wdsx")
 
@@ -213,7 +214,7 @@ class WebLoader(DataPipeline):
     ``.shuffle(n)``, ``.batched(b)``...) run in the main process on what the workers deliver.
 
     Workers send batches through shared memory that they reuse once the main process has
-    freed a batch (:mod:`wdsx.transport`), instead of new shared memory for every tensor;
+    freed a batch (:mod:`wdsx.loader.transport`), instead of new shared memory for every tensor;
     ``reuse_shared_memory=False`` restores PyTorch's way.
     """
 

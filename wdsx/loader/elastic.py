@@ -2,7 +2,7 @@
 
 Every old reader's state says which of its spans it has not read yet and which samples sit in
 its buffers (read, never delivered). Pooling those over all readers gives exactly the samples
-of the epoch not yet consumed; :func:`wdsx.plan.reshape` deals them to the new readers, whose
+of the epoch not yet consumed; :func:`wdsx.read.deal.reshape` deals them to the new readers, whose
 states then carry an explicit plan. Nothing is lost and nothing is read twice (except samples
 the remainder policy marks as padding).
 """
@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from . import plan as planning
-from .errors import StateError
-from .reader import ShardReader, batch_hint
-from .stage import Stage
-from .state import FORMAT, VERSION, PositionTable
+from wdsx.core.errors import StateError
+from wdsx.read import deal as planning
+from wdsx.stages.base import Stage
+from wdsx.stages.reading import ShardReader, batch_hint
+from wdsx.state.checkpoint import FORMAT, VERSION, PositionTable
 
 
 def _reader_index(stages: Sequence[Stage]) -> int:

@@ -15,12 +15,12 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from . import distributed
-from .env import seed_from_environment
-from .errors import NotResumableError, StateError
-from .fluid import FluidInterface
-from .stage import Run, Stage, as_stage, source_index
-from .state import FORMAT, VERSION, PositionTable, check_format, fingerprint_differences
+from wdsx.core import topology as distributed
+from wdsx.core.env import seed_from_environment
+from wdsx.core.errors import NotResumableError, StateError
+from wdsx.pipeline.fluid import FluidInterface
+from wdsx.stages.base import Run, Stage, as_stage, source_index
+from wdsx.state.checkpoint import FORMAT, VERSION, PositionTable, check_format, fingerprint_differences
 
 log = logging.getLogger("wdsx")
 

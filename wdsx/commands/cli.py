@@ -10,11 +10,11 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from .errors import WdsxError
+from wdsx.core.errors import WdsxError
 
 COMMANDS = (
-    "wdsx.convert",
-    "wdsx.manifest",
+    "wdsx.write.convert",
+    "wdsx.read.manifest",
     "wdsx.commands.info",
     "wdsx.commands.ls",
     "wdsx.commands.cat",

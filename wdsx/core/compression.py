@@ -1,7 +1,7 @@
 """Compressed shards: gzip, bzip2 and xz tar streams are recognised by their magic bytes.
 
 A compressed stream cannot start at a byte offset of the tar inside it, so readers that need
-an offset in one re-read it from the start (see :mod:`wdsx.reader`).
+an offset in one re-read it from the start (see :mod:`wdsx.stages.reading`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import lzma
 from collections.abc import Callable
 from typing import Any
 
-from .streams import Prefixed
+from wdsx.core.streams import Prefixed
 
 COMPRESSED_SUFFIXES = (".gz", ".tgz", ".bz2", ".tbz", ".tbz2", ".xz", ".txz")
 SHARD_SUFFIXES = (".tar.gz", ".tar.bz2", ".tar.xz", ".tgz", ".tbz", ".tbz2", ".txz", ".tar")

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from .errors import ShardError
+from wdsx.core.errors import ShardError
 
 POSITION = "__position__"
 """Sample field holding ``(url, byte_offset, ordinal)`` of the sample's first tar header."""

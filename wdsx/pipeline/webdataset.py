@@ -1,7 +1,7 @@
 """WebDataset: the fluent, webdataset-compatible entry point.
 
 ``WebDataset(urls, ...)`` takes webdataset's constructor arguments and builds a pipeline whose
-first stage is a :class:`~wdsx.reader.ShardReader`. Where webdataset's behaviour is a known
+first stage is a :class:`~wdsx.stages.reading.ShardReader`. Where webdataset's behaviour is a known
 trap, wdsx differs (see the README's "Differences from webdataset"): shard order changes every
 epoch, multi-rank jobs split by rank without an explicit nodesplitter, fewer shards than
 workers is fine, and every rank can be given the same number of batches.
@@ -18,12 +18,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from . import distributed
-from .errors import reraise_exception
-from .pipeline import DataPipeline
-from .reader import ReadSettings, ShardReader
-from .shards import expand_urls, single_node_only, split_by_node, split_by_worker
-from .sources import SourceOptions, scheme_of
+from wdsx.core import topology as distributed
+from wdsx.core.errors import reraise_exception
+from wdsx.pipeline.datapipeline import DataPipeline
+from wdsx.sources import SourceOptions, scheme_of
+from wdsx.stages.reading import ReadSettings, ShardReader
+from wdsx.stages.shardlists import expand_urls, single_node_only, split_by_node, split_by_worker
 
 log = logging.getLogger("wdsx")
 
@@ -73,11 +73,11 @@ class WebDataset(DataPipeline):
     Args:
         manifest: per-shard sample counts for balanced splitting: None looks for the manifest
             written by ShardWriter / ``wdsx convert`` beside the shards; a URL or a
-            :class:`~wdsx.manifest.Manifest` uses that one; False never looks.
+            :class:`~wdsx.read.manifest.Manifest` uses that one; False never looks.
         counts: per-shard sample counts given directly, or ``"scan"`` to count local shards
             by reading their headers.
         remainder: ``"exact"``, ``"pad"`` or ``"drop"``: how the epoch is evened out across
-            readers (see :func:`wdsx.plan.consumer_lengths`); default ``"pad"`` for multi-rank
+            readers (see :func:`wdsx.read.deal.consumer_lengths`); default ``"pad"`` for multi-rank
             jobs, ``"exact"`` otherwise.
         options: how shards are fetched (timeouts, retries, S3 client settings, cache).
     """
@@ -146,7 +146,7 @@ class WebDataset(DataPipeline):
         every shard)."""
         if manifest is False:
             return None, None
-        from .manifest import Manifest, manifest_url_for_shard
+        from wdsx.read.manifest import Manifest, manifest_url_for_shard
 
         if isinstance(manifest, Manifest):
             return manifest, None
@@ -176,7 +176,7 @@ class WebDataset(DataPipeline):
         return None
 
     def _scan_counts(self) -> list[int]:
-        from .manifest import scan_counts
+        from wdsx.read.manifest import scan_counts
 
         log.info("counting samples in %d shards by scanning their headers", len(self.urls))
         rename, select = self._settings.rename_files, self._settings.select_files

@@ -25,11 +25,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .compression import SHARD_SUFFIXES, uncompressed
-from .samples import Cursor, group_members
-from .shards import expand_urls
-from .sources import SourceOptions, open_sink, open_source
-from .tar import scan_headers
+from wdsx.core.compression import SHARD_SUFFIXES, uncompressed
+from wdsx.read.samples import Cursor, group_members
+from wdsx.read.tar import scan_headers
+from wdsx.sources import SourceOptions, open_sink, open_source
+from wdsx.stages.shardlists import expand_urls
 
 FORMAT = "wdsx-manifest"
 VERSION = 1
@@ -239,7 +239,7 @@ def scan_counts(
     """The number of samples in the shard at ``url``, reading only its headers where possible.
 
     Local files are read header by header, seeking over payloads; remote and compressed shards
-    are streamed. Grouping follows :mod:`wdsx.samples` (metadata members skipped, consecutive
+    are streamed. Grouping follows :mod:`wdsx.read.samples` (metadata members skipped, consecutive
     members with one key form a sample), after ``rename_files`` and ``select_files``.
     """
     with open_source(url, 0, options) as source:

@@ -22,11 +22,11 @@ import zlib
 from collections.abc import Callable, Mapping
 from typing import Any, BinaryIO, TypeVar
 
-from .encode import FieldEncoder, make_encoder
-from .manifest import Manifest, ShardEntry, manifest_url_for_pattern
-from .samples import POSITION
-from .sources import SourceOptions, open_sink
-from .tarformat import HeaderMaker, end_of_archive, padding
+from wdsx.codecs.encode import FieldEncoder, make_encoder
+from wdsx.read.manifest import Manifest, ShardEntry, manifest_url_for_pattern
+from wdsx.read.samples import POSITION
+from wdsx.sources import SourceOptions, open_sink
+from wdsx.write.tarformat import HeaderMaker, end_of_archive, padding
 
 log = logging.getLogger("wdsx")
 
@@ -289,7 +289,7 @@ class ShardWriter(_AllOrNothing):
     ``post(fname)`` runs after each shard is complete. ``opener(fname)``, when given, returns
     the stream to write instead of :func:`~wdsx.sources.open_sink`; the writer closes it.
 
-    ``manifest``: True writes the manifest at :func:`~wdsx.manifest.manifest_url_for_pattern`,
+    ``manifest``: True writes the manifest at :func:`~wdsx.read.manifest.manifest_url_for_pattern`,
     a str writes it at that URL, False writes none. ``metadata`` (also settable as the
     ``metadata`` attribute before ``close``) adds top-level fields to it, such as ``classes``.
     """

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from .env import secure_mode
-from .errors import DecodingError
+from wdsx.core.env import secure_mode
+from wdsx.core.errors import DecodingError
 
 try:
     import simplejpeg

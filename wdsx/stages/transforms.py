@@ -1,6 +1,6 @@
 """Per-sample stages: map, decode, to_tuple, select, rename... with webdataset's semantics.
 
-Each constructor returns a :class:`~wdsx.stage.Stage`, usable in ``DataPipeline(...)``, in
+Each constructor returns a :class:`~wdsx.stages.base.Stage`, usable in ``DataPipeline(...)``, in
 the fluent methods, or directly on an iterator (``wds.map(f)(samples)``). Errors go to the
 stage's handler: True skips the item, False ends the stream, raising propagates. None results
 of ``map`` drop the item, as in webdataset.
@@ -15,12 +15,10 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from . import rng
-from .decode import Decoder, ImageHandler
-from .errors import reraise_exception
-from .stage import Run, Stage
-
-Handler = Callable[[BaseException], bool]
+from wdsx.codecs.decode import Decoder, ImageHandler
+from wdsx.core import rng
+from wdsx.core.errors import Handler, reraise_exception
+from wdsx.stages.base import Run, Stage
 
 
 def _name(f: Any) -> str:

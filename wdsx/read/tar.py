@@ -19,8 +19,8 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
-from .errors import ShardError
-from .streams import read_into
+from wdsx.core.errors import ShardError
+from wdsx.core.streams import read_into
 
 BLOCK = 512
 CHUNK = 1 << 20

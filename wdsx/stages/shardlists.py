@@ -19,10 +19,11 @@ from typing import Any
 
 import braceexpand
 
-from . import distributed, rng
-from .plan import epoch_order
-from .sources import SourceOptions, list_shards
-from .stage import Run, Stage
+from wdsx.core import rng
+from wdsx.core import topology as distributed
+from wdsx.read.deal import epoch_order
+from wdsx.sources import SourceOptions, list_shards
+from wdsx.stages.base import Run, Stage
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 
-from . import rng
-from .buffer import Buffer
-from .stage import Run, Stage
+from wdsx.core import rng
+from wdsx.stages.base import Run, Stage
+from wdsx.stages.buffer import Buffer
 
 
 class Shuffle(Stage):

@@ -1,0 +1,111 @@
+"""Exceptions that say where bad input was found, and webdataset's error-handler protocol.
+
+A handler receives an exception and decides: return True to skip the item and continue,
+False to stop the stream quietly, or raise to propagate. wdsx's handlers never sleep.
+"""
+
+from __future__ import annotations
+
+import logging
+import tarfile
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger("wdsx")
+
+Handler = Callable[[BaseException], bool]
+"""An error handler: True skips the failing item, False ends the stream, raising propagates."""
+
+
+class WdsxError(Exception):
+    """Base class of every error wdsx raises on purpose."""
+
+
+class ShardError(WdsxError, tarfile.ReadError):
+    """A shard could not be read: names the shard URL, the tar member and its byte offset.
+
+    It also subclasses ``tarfile.ReadError`` so code written for webdataset that catches
+    that keeps working. Built from a single message (as torch does when it re-raises an error
+    from a DataLoader worker), the fields are None.
+    """
+
+    def __init__(
+        self, url: str, offset: int | None = None, reason: str | None = None, member: str | None = None
+    ):
+        self.offset = offset
+        self.member = member
+        self.reason = reason
+        if reason is None:
+            self.url = None
+            super().__init__(url)
+            return
+        self.url = url
+        where = f"byte offset {offset}" if offset is not None else "unknown offset"
+        name = f"member {member!r}" if member else "tar header"
+        super().__init__(f"{url}: {reason} ({name} at {where})")
+
+
+class SourceError(WdsxError, OSError):
+    """A shard could not be opened or fetched; names the URL and what the store said."""
+
+    def __init__(self, url: str, reason: str | None = None):
+        self.url = url if reason is not None else None
+        self.reason = reason
+        super().__init__(f"{url}: {reason}" if reason is not None else url)
+
+
+class DecodingError(WdsxError, ValueError):
+    """A field of a sample failed to decode; names the shard, the sample key and the field
+    (``k``, webdataset's name for it)."""
+
+    def __init__(
+        self, url: Any = None, key: Any = None, k: Any = None, sample: Any = None, cause: Any = None
+    ):
+        self.url = url
+        self.key = key
+        self.k = k
+        self.sample = sample
+        if key is None and k is None:  # a bare message
+            super().__init__(url)
+            return
+        detail = f": {type(cause).__name__}: {cause}" if cause is not None else ""
+        super().__init__(f"cannot decode field {k!r} of sample {key!r} in shard {url}{detail}")
+
+    def __reduce__(self) -> tuple:
+        # The sample can be large or unpicklable; keep the identifying fields and the message.
+        return (type(self), (self.url, self.key, self.k), {"args": self.args})
+
+
+class StateError(WdsxError, ValueError):
+    """A checkpoint cannot be saved or restored exactly; says what differs."""
+
+
+class NotResumableError(StateError):
+    """The pipeline holds something wdsx cannot checkpoint exactly."""
+
+
+def reraise_exception(exn: BaseException) -> bool:
+    """Handler: propagate the exception (the default)."""
+    raise exn
+
+
+def ignore_and_continue(exn: BaseException) -> bool:
+    """Handler: skip the failing item silently."""
+    return True
+
+
+def ignore_and_stop(exn: BaseException) -> bool:
+    """Handler: end the stream silently."""
+    return False
+
+
+def warn_and_continue(exn: BaseException) -> bool:
+    """Handler: log the error and go on with the next item or shard."""
+    log.warning("skipping after error: %s", exn)
+    return True
+
+
+def warn_and_stop(exn: BaseException) -> bool:
+    """Handler: log the error and end the stream."""
+    log.warning("stopping after error: %s", exn)
+    return False
