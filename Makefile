@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 TORCH  := torch==2.13.0
 
-.PHONY: demo test bench lint clean install
+.PHONY: demo test test-fast bench lint typecheck clean install
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +26,12 @@ install: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(BIN)/python examples/demo.py
 
-test: $(VENV)/.installed-test
+test: lint typecheck
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+
+# The quick loop: everything but the tests marked slow (torchrun, SIGKILL, large data).
+test-fast: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" tests
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/run.py
@@ -35,6 +39,9 @@ bench: $(VENV)/.installed-test
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check wdsx tests examples scripts benchmarks
 	$(BIN)/ruff format --check wdsx tests examples scripts benchmarks
+
+typecheck: $(VENV)/.installed-test
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) demo-out bench-out

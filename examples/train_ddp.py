@@ -7,6 +7,9 @@ Run it as two "nodes" of two processes on one machine (gloo backend, CPU):
     torchrun --nnodes=2 --nproc_per_node=2 --node_rank=1 --master_addr=127.0.0.1 --master_port=29500 \\
         examples/train_ddp.py --shards 'shards/train-{000000..000007}.tar' --workdir /tmp/ddp
 
+With ``--shards`` given several times, the datasets are mixed (``wdsx.Mix``) and the same
+holds for every sample of every dataset.
+
 Every ``--checkpoint-every`` steps all ranks gather their loader states into one checkpoint
 (rank 0 writes it). Restarting with any number of ranks or workers resumes the epoch: the
 samples not yet trained on are dealt to the new ranks and workers, each read exactly once.
@@ -27,15 +30,24 @@ from torch.nn.parallel import DistributedDataParallel
 import wdsx
 
 
-def build_loader(shards: str, batch_size: int, workers: int, seed: int) -> wdsx.WebLoader:
-    dataset = (
+def samples(shards: str, seed: int) -> wdsx.DataPipeline:
+    return (
         wdsx.WebDataset(shards, shardshuffle=True, seed=seed)
         .shuffle(100)
         .decode("torchl")
         .to_tuple("png;jpg", "cls", "__key__", "__pad__", missing_is_error=False)
-        .batched(batch_size)
     )
-    return wdsx.WebLoader(dataset, batch_size=None, num_workers=workers)
+
+
+def build_loader(shards: list[str], batch_size: int, workers: int, seed: int) -> wdsx.WebLoader:
+    """One dataset, or with several ``--shards`` a mixture of them (weights 3:2:1..., every
+    sample of every dataset once per epoch)."""
+    if len(shards) == 1:
+        dataset = samples(shards[0], seed)
+    else:
+        weights = [len(shards) - k for k in range(len(shards))]
+        dataset = wdsx.Mix([samples(pattern, seed) for pattern in shards], weights, stop="all", seed=seed)
+    return wdsx.WebLoader(dataset.batched(batch_size), batch_size=None, num_workers=workers)
 
 
 def save(path: str, payload: dict) -> None:
@@ -46,7 +58,7 @@ def save(path: str, payload: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--shards", required=True)
+    parser.add_argument("--shards", required=True, action="append", help="repeat to mix datasets")
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=4)

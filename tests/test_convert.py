@@ -20,8 +20,9 @@ from PIL import Image
 
 import wdsx
 from wdsx.commands.cli import main
+from wdsx.core.topology import rank_and_world_from_environment as rank_and_world_size
 from wdsx.read.manifest import Manifest
-from wdsx.write.convert import ConvertSettings, convert, rank_and_world_size
+from wdsx.write.convert import ConvertSettings, convert
 
 REPO = Path(__file__).resolve().parents[1]
 MINI = REPO / "data" / "fashion-mnist-mini"
@@ -169,6 +170,7 @@ _SLOW_CONVERT = [
 ]
 
 
+@pytest.mark.slow  # SIGKILL of the converter
 def test_resume_after_a_hard_kill_equals_an_uninterrupted_run(tmp_path):
     src = _make_folder(tmp_path / "src", per_class=30, size=(300, 200))
     reference = tmp_path / "reference"

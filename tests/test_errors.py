@@ -103,7 +103,7 @@ def test_error_in_user_map_carries_the_sample_identity(tmp_path):
 
 
 def test_resuming_through_a_stream_that_returns_short_reads(tmp_path, monkeypatch):
-    import wdsx.stages.reading as reader_module
+    import wdsx.read.shard as reader_module
     from wdsx.read.samples import POSITION
     from wdsx.sources.base import Source
 
@@ -127,6 +127,6 @@ def test_resuming_through_a_stream_that_returns_short_reads(tmp_path, monkeypatc
     first = [next(iterator)["__key__"] for _ in range(3)]
     resumed = wdsx.WebDataset(data.urls, manifest=False)
     state = dataset.state_dict()
-    assert state["stages"]["0"]["offset"] == offsets[3]
+    assert state["stages"]["reader"]["offset"] == offsets[3]
     resumed.load_state_dict(state)
     assert first + [s["__key__"] for s in resumed] == data.keys

@@ -66,7 +66,7 @@ def test_pipeline_state_refuses_another_reader(uneven_shards):
     first = wdsx.WebLoader(dataset(uneven_shards.urls), batch_size=None, num_workers=2)
     iterator = iter(first)
     next(iterator)
-    worker_state = first.state_dict()["stages"]["0"]["states"][0]
+    worker_state = first.state_dict()["stages"]["loader"]["states"][0]
     del iterator
     first.close()
     plain = dataset(uneven_shards.urls)
@@ -192,6 +192,7 @@ def test_dataset_with_epoch_continues_across_loader_epochs_and_checkpoints(uneve
     assert seen == epochs
 
 
+@pytest.mark.slow  # several loaders over scanned shards
 def test_elastic_resume_of_a_run_that_counted_by_scanning(tmp_path, monkeypatch):
     from tests.fixtures.shards import make_shards
 

@@ -4,6 +4,7 @@ elastic re-deal hands out exactly what was not consumed. The oracle enumerates e
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 
@@ -11,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wdsx.read import deal as planning
+from wdsx.state.position import Position, PositionTable
 
 
 def all_samples(counts: list[int]) -> list[tuple[int, int]]:
@@ -96,13 +98,13 @@ def test_reshape_deals_exactly_what_was_not_consumed(counts, old, new, progress,
         cut = int(len(pairs) * fraction)
         held = pairs[max(0, cut - buffered) : cut]  # read into a buffer, not delivered
         consumed.extend(pairs[: max(0, cut - buffered)])
-        leftovers.extend(([pos, 0, ordinal], False) for pos, ordinal in held)
+        leftovers.extend(Position(str(pos), 0, ordinal) for pos, ordinal in held)
         if cut < len(pairs):
             pos, ordinal = pairs[cut]
             index = next(i for i, span in enumerate(plan.spans) if (pos, ordinal) in members(span, counts))
             unread.extend(planning.remaining(plan, index, pos, ordinal, None))
     new_plans = planning.reshape(unread, leftovers, new, counts)
-    delivered = [(pos, ordinal) for plan in new_plans for (pos, _, ordinal), _ in plan.leftovers]
+    delivered = [(int(p.url), p.ordinal) for plan in new_plans for p in plan.leftovers]
     delivered += [pair for plan in new_plans for pair in covered(plan, counts)]
     assert Counter(consumed + delivered) == Counter(all_samples(counts))
     sizes = [len(plan.leftovers) + len(covered(plan, counts)) for plan in new_plans]
@@ -110,8 +112,10 @@ def test_reshape_deals_exactly_what_was_not_consumed(counts, old, new, progress,
 
 
 def test_span_json_round_trip():
-    plan = planning.ConsumerPlan([planning.Span(1, 2, 3, 4, 512, True)], [([0, 1024, 3], False)])
-    assert planning.ConsumerPlan.from_json(plan.to_json()) == plan
+    plan = planning.ConsumerPlan([planning.Span(1, 2, 3, 4, 512, True)], [Position("s0", 1024, 3)])
+    table = PositionTable()
+    data = json.loads(json.dumps(plan.to_json(table)))
+    assert planning.ConsumerPlan.from_json(data, PositionTable(table.urls)) == plan
 
 
 def test_an_empty_epoch_deals_nothing():

@@ -11,7 +11,7 @@ import pytest
 import wdsx
 from tests.fixtures.shards import make_shards
 from wdsx.read.samples import POSITION
-from wdsx.state.checkpoint import unpack_positions
+from wdsx.state.position import unpack_positions
 
 
 def local_samples(urls: list[str]) -> list[dict]:
@@ -57,7 +57,7 @@ def test_resume_on_s3_is_a_ranged_get_at_the_recorded_offset(s3_server, fault_pr
         next(iterator)
     state = first.state_dict()
     expected = next(iterator)
-    progress = state["stages"]["0"]
+    progress = state["stages"]["reader"]
     assert progress["offset"] == expected[POSITION][1] > 0
 
     proxy = fault_proxy(s3_server.port)
@@ -147,7 +147,7 @@ def test_restoring_a_shuffle_buffer_on_s3_reads_each_shard_about_once(s3_server,
     iterator = iter(first)
     before = [next(iterator)[0] for _ in range(35)]
     state = first.state_dict()
-    assert len(unpack_positions(state["stages"]["1"]["positions"])) >= 30
+    assert len(unpack_positions(state["stages"]["shuffle"]["positions"])) >= 30
     proxy = fault_proxy(s3_server.port)
     resumed = pipeline(proxy.url)
     resumed.load_state_dict(state)

@@ -50,6 +50,7 @@ def run_epochs(loader, first_epoch=0, stop_after=None):
     return seen, EPOCHS, json.loads(json.dumps(loader.state_dict()))
 
 
+@pytest.mark.slow  # 40 kill/resume trials with worker processes
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     workers=st.sampled_from([None, 0, 1, 2, 3]),

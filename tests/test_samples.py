@@ -101,7 +101,7 @@ def test_positions_point_at_each_samples_first_header():
     starts = list(sample_starts(scan_headers(stream.read, lambda n: stream.seek(n, 1), "mem")))
     assert [(s[POSITION][2], s[POSITION][1]) for s in samples] == starts
     for sample in samples:
-        url, offset, ordinal = sample[POSITION]
+        url, offset, ordinal, _ = sample[POSITION]
         stream = io.BytesIO(data)
         stream.seek(offset)
         again = next(group_members(iter_members(stream, url, offset), url, Cursor(offset, ordinal)))

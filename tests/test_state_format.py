@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import wdsx
 from wdsx.errors import StateError
-from wdsx.state.checkpoint import pack_positions, unpack_positions
+from wdsx.state.position import pack_positions, unpack_positions
 
 rows = st.lists(
     st.tuples(
@@ -37,7 +37,7 @@ def test_a_shuffle_buffer_costs_a_few_bytes_per_sample(uneven_shards):
     iterator = iter(dataset)
     for _ in range(150):
         next(iterator)
-    packed = dataset.state_dict()["stages"]["1"]["positions"]
+    packed = dataset.state_dict()["stages"]["shuffle"]["positions"]
     held = unpack_positions(packed)
     assert len(held) >= 99
     assert len(packed) < 8 * len(held) < len(json.dumps(held)) / 2

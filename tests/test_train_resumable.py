@@ -14,8 +14,11 @@ from collections import Counter
 
 import numpy as np
 import PIL.Image
+import pytest
 
 from tests.fixtures.shards import write_tar
+
+pytestmark = pytest.mark.slow  # a training script killed with SIGKILL
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "examples", "train_resumable.py")
 

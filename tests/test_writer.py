@@ -198,6 +198,7 @@ with TarWriter(sys.argv[1]) as w:
 """
 
 
+@pytest.mark.slow  # SIGKILL of a writer
 def test_hard_kill_while_writing_leaves_no_file_under_the_final_name(tmp_path):
     path = tmp_path / "big.tar"
     process = subprocess.Popen([sys.executable, "-c", _BIG_WRITE_SCRIPT, str(path)])

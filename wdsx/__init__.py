@@ -8,6 +8,24 @@ on local disks, ``s3://``, ``http(s)://`` or behind ``pipe:`` commands.
 Importing wdsx does not import torch; torch is used only by WebLoader and tensor outputs.
 """
 
+# webdataset's modules under their own names: faces over wdsx's layers. As in webdataset,
+# wdsx.gopen is the function; its module is reached by ``from wdsx.gopen import ...``.
+from wdsx import (
+    autodecode,
+    cache,
+    compat,
+    extradatasets,
+    filters,
+    handlers,
+    mix,
+    pipeline,
+    pytorch,
+    shardlists,
+    tariterators,
+    tenbin,
+    utils,
+    writer,
+)
 from wdsx.codecs.decode import (
     Continue,
     Decoder,
@@ -21,6 +39,7 @@ from wdsx.codecs.decode import (
     torch_loads,
     torch_video,
 )
+from wdsx.codecs.encoders import numpy_dumps, torch_dumps
 from wdsx.core.errors import (
     DecodingError,
     NotResumableError,
@@ -34,18 +53,27 @@ from wdsx.core.errors import (
     warn_and_continue,
     warn_and_stop,
 )
+from wdsx.core.faces import absent_names as _absent_names
 from wdsx.core.topology import pytorch_worker_info
+from wdsx.core.utilities import pipe_cleaner
+from wdsx.gopen import ABSENT as _GOPEN_ABSENT
+from wdsx.gopen import gopen
 from wdsx.loader.webloader import WebLoader, gather_loader_state, split_loader_state
 from wdsx.pipeline.datapipeline import DataPipeline
+from wdsx.pipeline.datasets import MockDataset, with_epoch, with_length
 from wdsx.pipeline.fluid import FluidInterface
+from wdsx.pipeline.mixing import Mix, RandomMix, RoundRobin
 from wdsx.pipeline.webdataset import FluidWrapper, WebDataset
 from wdsx.read.manifest import Manifest
 from wdsx.read.samples import POSITION
 from wdsx.sources import SourceOptions
-from wdsx.sources.gopen import gopen
 from wdsx.stages.base import Stage, pipelinefilter, stateless
 from wdsx.stages.batch import batched, collate_torch, default_collation_fn, listed, unbatched, unlisted
+from wdsx.stages.caching import Cached, LMDBCached
+from wdsx.stages.custom import PipelineStage
+from wdsx.stages.plain import repeatedly
 from wdsx.stages.reading import tarfile_samples, tarfile_to_samples
+from wdsx.stages.resampling import resampled
 from wdsx.stages.shardlists import (
     ResampledShardList,
     ResampledShards,
@@ -78,6 +106,16 @@ from wdsx.stages.transforms import (
     xdecode,
 )
 from wdsx.write.writer import ShardWriter, TarWriter
+
+__getattr__ = _absent_names(
+    "wdsx",
+    {
+        "LRUCleanup": cache.ABSENT["LRUCleanup"],
+        "gopen_schemes": _GOPEN_ABSENT["gopen_schemes"],
+        "MultiShardSample": shardlists.ABSENT["MultiShardSample"],
+        "pytorch_weights_only": autodecode.ABSENT["pytorch_weights_only"],
+    },
+)
 
 __version__ = "0.1.0"
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from wdsx.codecs import tenbin
 from wdsx.core.env import secure_mode
 from wdsx.core.errors import DecodingError
 
@@ -97,9 +98,8 @@ def cbor_loads(data: bytes) -> Any:
     return cbor.loads(data)
 
 
-def tenbin_loads(data: bytes) -> Any:
-    from webdataset import tenbin  # type: ignore[import-not-found]
-
+def tenbin_loads(data: bytes) -> list[np.ndarray]:
+    """The list of arrays in a ``.ten`` field (webdataset's tenbin format)."""
     return tenbin.decode_buffer(data)
 
 

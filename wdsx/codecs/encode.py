@@ -10,13 +10,17 @@ failing. ``_``-prefixed fields are metadata and pass through unencoded.
 from __future__ import annotations
 
 import gzip
+import importlib
 import io
 import json
 import pickle
+import zipfile
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
+
+from wdsx.codecs import tenbin
 
 Encoder = Callable[[dict[str, Any]], dict[str, Any]]
 FieldEncoder = Callable[[Any], bytes]
@@ -50,10 +54,18 @@ def _npy(value: np.ndarray) -> bytes:
 
 
 def _npz(value: Mapping[str, np.ndarray]) -> bytes:
+    """The bytes ``np.savez_compressed(stream, **value)`` writes, for any array names.
+
+    Written here rather than by numpy so that an array may be named like one of
+    ``savez_compressed``'s own arguments (``file``, ``allow_pickle``).
+    """
     if not isinstance(value, Mapping):
         raise ValueError(f"npz fields must be a dict of arrays, not {type(value).__name__}")
     stream = io.BytesIO()
-    np.savez_compressed(stream, **value)
+    with zipfile.ZipFile(stream, "w", zipfile.ZIP_DEFLATED, allowZip64=True) as archive:
+        for name, array in value.items():
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(array))
     return stream.getvalue()
 
 
@@ -64,18 +76,19 @@ def _msgpack(value: Any) -> bytes:
 
 
 def _cbor(value: Any) -> bytes:
-    try:
-        import cbor2 as cbor
-    except ImportError:
+    """CBOR with the ``cbor2`` package, else the older ``cbor`` one."""
+    for package in ("cbor2", "cbor"):
         try:
-            import cbor  # type: ignore[no-redef]
+            module = importlib.import_module(package)
         except ImportError:
-            raise ValueError("encoding .cbor fields needs the cbor2 package") from None
-    return cbor.dumps(value)
+            continue
+        return module.dumps(value)
+    raise ValueError("encoding .cbor fields needs the cbor2 package")
 
 
 def _tenbin(value: Any) -> bytes:
-    raise ValueError("wdsx does not write the tenbin format; use .npy, .npz or .pth for arrays")
+    """An array, or a list of arrays, in webdataset's tenbin format (decodes to a list)."""
+    return tenbin.encode_buffer(value if isinstance(value, list) else [value])
 
 
 def _image(pil_format: str, **save_options: Any) -> FieldEncoder:

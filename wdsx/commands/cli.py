@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from wdsx.core.errors import WdsxError
 
 COMMANDS = (
-    "wdsx.write.convert",
-    "wdsx.read.manifest",
+    "wdsx.commands.convert",
+    "wdsx.commands.index",
     "wdsx.commands.info",
     "wdsx.commands.ls",
     "wdsx.commands.cat",

@@ -6,8 +6,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from wdsx.read.samples import Cursor
+from wdsx.read.shard import ReadSettings, read_piece
 from wdsx.sources import SourceOptions
-from wdsx.stages.reading import ReadSettings, read_piece
 from wdsx.stages.shardlists import expand_urls
 
 

@@ -11,7 +11,7 @@ import posixpath
 from wdsx.codecs.decode import IMAGE_EXTENSIONS, ImageHandler
 from wdsx.commands.common import raw_samples, shard_urls
 from wdsx.core.errors import WdsxError
-from wdsx.read.manifest import Manifest, index_shard, manifest_url_for_shard
+from wdsx.read.manifest import Manifest, ShardEntry, index_shard, manifest_url_for_shard
 
 _IMAGES = frozenset(IMAGE_EXTENSIONS)
 
@@ -26,8 +26,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
-def check_shard(url: str, expected: object, decode_images: bool) -> list[str]:
-    """Problems found in one shard (an empty list when it is sound)."""
+def check_shard(url: str, expected: ShardEntry | None, decode_images: bool) -> list[str]:
+    """Problems found in one shard (an empty list when it is sound); ``expected`` is its manifest
+    entry, when the manifest lists it."""
     try:
         entry = index_shard(url)
     except (WdsxError, OSError) as exn:

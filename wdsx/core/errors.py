@@ -84,6 +84,12 @@ class NotResumableError(StateError):
     """The pipeline holds something wdsx cannot checkpoint exactly."""
 
 
+class UnsupportedError(WdsxError, NotImplementedError):
+    """A webdataset name that wdsx deliberately does not provide; the message says what to
+    use instead. It is not an AttributeError, so ``from wdsx.x import name`` shows the message
+    instead of Python's generic "cannot import name"."""
+
+
 def reraise_exception(exn: BaseException) -> bool:
     """Handler: propagate the exception (the default)."""
     raise exn

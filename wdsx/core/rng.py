@@ -37,6 +37,11 @@ def below(seed: int, counter: int, n: int) -> int:
     return (draw(seed, counter) * n) >> 64
 
 
+def uniform(seed: int, counter: int) -> float:
+    """The ``counter``-th draw of stream ``seed`` as a float in [0, 1)."""
+    return (draw(seed, counter) >> 11) * (1.0 / (1 << 53))
+
+
 def permutation(n: int, seed: int) -> list[int]:
     """A uniformly random permutation of ``range(n)`` (Fisher-Yates)."""
     order = list(range(n))

@@ -11,7 +11,12 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 _RANK_VARIABLES = (
     ("RANK", "WORLD_SIZE"),
@@ -49,18 +54,28 @@ def assign(topology: Topology | None) -> None:
     _assigned = topology
 
 
-def rank_and_world(group: object = None) -> tuple[int, int]:
-    """(rank, world_size) from torch.distributed if initialised, else from launcher variables."""
+def rank_and_world_from_environment(environ: Mapping[str, str] | None = None) -> tuple[int, int]:
+    """(rank, world_size) from the first launcher whose rank and size variables are both set in
+    ``environ`` (default: this process's): torchrun's ``RANK``/``WORLD_SIZE``, then SLURM's
+    ``SLURM_PROCID``/``SLURM_NTASKS``, Open MPI's ``OMPI_COMM_WORLD_RANK``/``_SIZE``, MPICH's
+    ``PMI_RANK``/``PMI_SIZE``; (0, 1) when none is."""
+    environ = os.environ if environ is None else environ
+    for rank_var, size_var in _RANK_VARIABLES:
+        if rank_var in environ and size_var in environ:
+            return int(environ[rank_var]), int(environ[size_var])
+    return 0, 1
+
+
+def rank_and_world(group: ProcessGroup | None = None) -> tuple[int, int]:
+    """(rank, world_size) in ``group`` (default: the whole job) from torch.distributed if
+    initialised, else from the launcher's variables (:func:`rank_and_world_from_environment`)."""
     if "torch" in sys.modules:
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():
             group = group or dist.group.WORLD
             return dist.get_rank(group=group), dist.get_world_size(group=group)
-    for rank_var, size_var in _RANK_VARIABLES:
-        if rank_var in os.environ and size_var in os.environ:
-            return int(os.environ[rank_var]), int(os.environ[size_var])
-    return 0, 1
+    return rank_and_world_from_environment()
 
 
 def worker_and_count() -> tuple[int, int]:
@@ -102,7 +117,7 @@ def current(captured: tuple[int, int] | None = None) -> Topology:
     return Topology(rank, world, worker, workers)
 
 
-def pytorch_worker_info(group: object = None) -> tuple[int, int, int, int]:
+def pytorch_worker_info(group: ProcessGroup | None = None) -> tuple[int, int, int, int]:
     """webdataset-compatible ``(rank, world_size, worker, num_workers)``."""
     if _assigned is not None:
         topo = _assigned

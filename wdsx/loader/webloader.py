@@ -8,7 +8,7 @@ the workers (skipping finished ones), so on resume new worker ``j`` gets the sta
 worker ``(next + j) % W`` and the sequence of batches continues exactly.
 
 A state saved with a different number of workers (or, through :func:`gather_loader_state`,
-ranks) is re-dealt (:mod:`wdsx.loader.elastic`): the remaining samples of the epoch are read exactly
+ranks) is re-dealt (:mod:`wdsx.pipeline.redeal`): the remaining samples of the epoch are read exactly
 once by the new readers.
 """
 
@@ -18,19 +18,25 @@ import copy
 import inspect
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from wdsx.core import topology as distributed
 from wdsx.core.errors import StateError
-from wdsx.loader import elastic, transport
+from wdsx.loader import transport
+from wdsx.pipeline import redeal
 from wdsx.pipeline.datapipeline import DataPipeline, register_with_torch
-from wdsx.stages.base import Run, Stage, replay, source_index
-from wdsx.state.checkpoint import FORMAT, VERSION
+from wdsx.pipeline.mixing import Mix
+from wdsx.stages.base import RedealTarget, Run, Stage, replay, source_index
+from wdsx.state.checkpoint import FORMAT, VERSION, JsonDict, PipelineState
+from wdsx.state.position import Position, PositionTable
 
 log = logging.getLogger("wdsx")
 
 GLOBAL_FORMAT = "wdsx-global-state"
+"""Every rank's loader state in one checkpoint: ``{"format", "version", "ranks": [...]}``.
+The rank states carry and are checked against their own versions."""
 
 
 class _WorkerStream:
@@ -45,7 +51,7 @@ class _WorkerStream:
         world: tuple[int, int],
         workers: int,
         consumers: list[int],
-        starts: list[dict | None],
+        starts: list[JsonDict | None],
     ):
         self.dataset = dataset
         self.epoch = epoch
@@ -83,16 +89,15 @@ class _WorkerStream:
             yield item, dataset.current_position() if self.resumable else None, self
         self.finished = True
 
-    def state(self) -> dict | None:
+    def state(self) -> JsonDict | None:
         """The pipeline's state now, if it can be restored exactly. Once this worker's share of
         the epoch is exhausted the state says so, so that a worker resumed from it delivers
         nothing more in this epoch (the batch in hand may be a short last one)."""
         if not self.resumable:
             return None
-        state = self.dataset.snapshot()
-        if self.finished:
-            state["finished"] = True
-        return state
+        state = self.dataset.current_state()
+        state.finished = self.finished
+        return state.to_json()
 
 
 class _CollateWithState:
@@ -114,24 +119,52 @@ class _CollateWithState:
         return output, stream.slot, stream.state(), positions
 
 
-class _LoaderProgress:
-    """The loader's view of its workers: the state of each worker slot after its last
-    delivered batch, which reader each slot is, and whose batch comes next."""
+@dataclass
+class LoaderProgress:
+    """The loader's state: per worker slot, the worker's pipeline state (JSON, owned by the
+    dataset) after its last delivered batch; which reader each slot is; whose batch is next."""
 
-    def __init__(self, workers: int, rank: int, world: int):
-        self.workers = workers
-        self.rank = rank
-        self.world = world
+    workers: int = 1
+    rank: int = 0
+    world: int = 1
+    consumers: list[int] = field(default_factory=lambda: [0])
+    states: list[JsonDict | None] = field(default_factory=lambda: [None])
+    next: int = 0
+    complete: bool = False
+
+    @classmethod
+    def fresh(cls, workers: int, rank: int, world: int) -> LoaderProgress:
+        """The progress of a loader that has delivered nothing yet this epoch."""
+        progress = cls()
+        progress.reset(workers, rank, world)
+        return progress
+
+    def reset(self, workers: int, rank: int, world: int) -> None:
+        """Start an epoch with ``workers`` slots on ``rank`` of ``world``."""
+        self.workers, self.rank, self.world = workers, rank, world
         self.consumers = [rank * workers + slot for slot in range(workers)]
-        self.states: list[dict | None] = [None] * workers
-        self.next = 0
-        self.complete = False
+        self.states = [None] * workers
+        self.next, self.complete = 0, False
 
-    def received(self, slot: int, state: dict | None) -> None:
+    def received(self, slot: int, state: JsonDict | None) -> None:
         self.states[slot] = state
         self.next = (slot + 1) % self.workers
 
-    def snapshot(self, table: Any) -> dict:
+    def rotated(self) -> LoaderProgress:
+        """The same progress with slot 0 the worker whose batch was due next (PyTorch starts
+        each epoch at worker 0)."""
+        shift, count = self.next, self.workers
+        return LoaderProgress(
+            count,
+            self.rank,
+            self.world,
+            [self.consumers[(shift + j) % count] for j in range(count)],
+            [self.states[(shift + j) % count] for j in range(count)],
+            0,
+            self.complete,
+        )
+
+    def to_json(self, table: PositionTable) -> JsonDict:
         return {
             "workers": self.workers,
             "rank": self.rank,
@@ -142,68 +175,145 @@ class _LoaderProgress:
             "complete": self.complete,
         }
 
-    def restore(self, saved: dict) -> None:
-        """Rotate so that slot 0 is the worker whose batch was due next."""
-        shift = saved["next"]
-        count = saved["workers"]
-        self.consumers = [saved["consumers"][(shift + j) % count] for j in range(count)]
-        self.states = [saved["states"][(shift + j) % count] for j in range(count)]
-        self.complete = saved["complete"]
+    @classmethod
+    def from_json(cls, data: JsonDict, table: PositionTable) -> LoaderProgress:
+        """The saved progress, rotated (an equivalent form) so that slot 0 is due next."""
+        return cls(
+            int(data["workers"]),
+            int(data["rank"]),
+            int(data["world"]),
+            [int(c) for c in data["consumers"]],
+            list(data["states"]),
+            int(data["next"]),
+            bool(data["complete"]),
+        ).rotated()
+
+    def held(self) -> list[Position]:
+        """The main process holds no samples between batches; workers' buffers are in
+        their own states."""
+        return []
+
+
+class LoaderFactory:
+    """What a WebLoader makes a DataLoader from: the dataset and the DataLoader's arguments."""
+
+    def __init__(self, dataset: Any, loader_kwargs: dict[str, Any], reuse_shared_memory: bool):
+        self.dataset = dataset
+        self.loader_kwargs = loader_kwargs
+        self.reuse_shared_memory = reuse_shared_memory
+
+    @property
+    def slots(self) -> int:
+        """Number of reading streams in this process: the DataLoader workers, or 1."""
+        return max(1, self.loader_kwargs.get("num_workers", 0))
+
+    @property
+    def auto_batched(self) -> bool:
+        return self.loader_kwargs.get("batch_size", 1) is not None
+
+    def describe(self) -> str:
+        dataset = self.dataset
+        if isinstance(dataset, DataPipeline):
+            return ", ".join(stage.describe() for stage in dataset.pipeline)
+        return type(dataset).__name__
+
+    def collate_one(self, item: Any) -> Any:
+        """What the DataLoader's collation makes of a single item."""
+        from torch.utils.data import default_collate, default_convert
+
+        collate = self.loader_kwargs.get("collate_fn")
+        if self.auto_batched:
+            return (collate or default_collate)([item])
+        return (collate or default_convert)(item)
+
+    def make(self, dataset: Any, plain: bool = False) -> Any:
+        """A DataLoader over ``dataset``; unless ``plain``, its batches carry worker states."""
+        from torch.utils.data import DataLoader, IterableDataset, default_collate, default_convert
+
+        IterableDataset.register(_WorkerStream)
+        kwargs = dict(self.loader_kwargs)
+        collate = kwargs.get("collate_fn") or (default_collate if self.auto_batched else default_convert)
+        if self.reuse_shared_memory:
+            collate = transport.PackingCollate(collate)
+        if not plain:
+            collate = _CollateWithState(collate, self.auto_batched)
+        kwargs["collate_fn"] = collate
+        return DataLoader(dataset, **kwargs)
 
 
 class LoaderSource(Stage):
     """The first stage of a WebLoader: one DataLoader pass per epoch."""
 
     produces_samples = True
+    state_key = "loader"
+    state_type = LoaderProgress
 
-    def __init__(self, loader: WebLoader):
-        self.loader = loader
+    def __init__(self, factory: LoaderFactory):
+        self.factory = factory
 
     def describe(self) -> str:
-        return f"loader({self.loader.dataset_description()})"
+        return f"loader({self.factory.describe()})"
 
     def not_resumable(self) -> str | None:
-        dataset = self.loader.dataset
+        dataset = self.factory.dataset
         if not isinstance(dataset, DataPipeline):
             return f"the dataset is a {type(dataset).__name__}, not a wdsx pipeline"
         reasons = dataset.not_resumable()
         return "; ".join(reasons) if reasons else None
 
-    def apply(self, upstream: Iterator | None, run: Run, index: int) -> Iterator:
-        loader = self.loader
-        progress = _LoaderProgress(loader.slots, run.topology.rank, run.topology.world_size)
-        saved = run.register(index, progress)
-        if saved is not None:
-            progress.restore(saved)
+    def shard_urls(self) -> Sequence[str] | None:
+        dataset = self.factory.dataset
+        if not isinstance(dataset, DataPipeline):
+            return None
+        index = source_index(dataset.pipeline)
+        return None if index is None else dataset.pipeline[index].shard_urls()
+
+    def upgrade_state(self, saved: JsonDict, table: PositionTable) -> JsonDict:
+        dataset = self.factory.dataset
+        if not isinstance(dataset, DataPipeline):
+            return saved
+        states = [None if state is None else _upgrade_worker(dataset, state) for state in saved["states"]]
+        return {**saved, "states": states}
+
+    def apply(self, upstream: Iterator, run: Run, index: int) -> Iterator:
+        progress, restored = run.attach(index, LoaderProgress)
+        if not restored:
+            progress.reset(self.factory.slots, run.topology.rank, run.topology.world_size)
         return self._batches(run, progress)
 
-    def _batches(self, run: Run, progress: _LoaderProgress) -> Iterator:
+    def _batches(self, run: Run, progress: LoaderProgress) -> Iterator:
         if progress.complete:
             return
-        loader = self.loader
-        if not isinstance(loader.dataset, DataPipeline):
-            yield from loader.make_dataloader(loader.dataset, plain=True)
+        factory = self.factory
+        if not isinstance(factory.dataset, DataPipeline):
+            yield from factory.make(factory.dataset, plain=True)
             return
         stream = _WorkerStream(
-            loader.dataset,
+            factory.dataset,
             run.epoch,
             (run.topology.rank, run.topology.world_size),
             progress.workers,
             progress.consumers,
             progress.states,
         )
-        for output, slot, state, positions in loader.make_dataloader(stream):
+        for output, slot, state, positions in factory.make(stream):
             progress.received(slot, state)
             run.position = positions
             yield output
         progress.complete = True
 
-    def read_positions(self, positions: list[tuple]) -> list[Any]:
+    def read_positions(self, positions: Sequence[Position]) -> list[Any]:
         """Re-create single items as the DataLoader delivered them (for main-process buffers)."""
-        stages = self.loader.dataset.pipeline
+        stages = self.factory.dataset.pipeline
         index = source_index(stages)
+        assert index is not None, "a resumable dataset has a sample source"
         items = replay(stages[index].read_positions(positions), stages[index + 1 :])
-        return [self.loader.collate_one(item) for item in items]
+        return [self.factory.collate_one(item) for item in items]
+
+
+def _upgrade_worker(dataset: DataPipeline, state: JsonDict) -> JsonDict:
+    """A worker's version-2 pipeline state in today's form (its ``finished`` mark kept)."""
+    return dataset.upgrade_state(state) if state.get("version", 0) < VERSION else state
 
 
 class WebLoader(DataPipeline):
@@ -222,103 +332,98 @@ class WebLoader(DataPipeline):
         from torch.utils.data import DataLoader
 
         bound = inspect.signature(DataLoader).bind(dataset, *args, **kwargs)
-        self.dataset = dataset
-        self.reuse_shared_memory = reuse_shared_memory
-        self.loader_kwargs = {k: v for k, v in bound.arguments.items() if k != "dataset"}
-        super().__init__(LoaderSource(self))
+        loader_kwargs = {k: v for k, v in bound.arguments.items() if k != "dataset"}
+        self.factory = LoaderFactory(dataset, loader_kwargs, reuse_shared_memory)
+        super().__init__(LoaderSource(self.factory))
         register_with_torch()
+
+    @property
+    def dataset(self) -> Any:
+        return self.factory.dataset
 
     @property
     def slots(self) -> int:
         """Number of reading streams in this process: the DataLoader workers, or 1."""
-        return max(1, self.loader_kwargs.get("num_workers", 0))
-
-    @property
-    def auto_batched(self) -> bool:
-        return self.loader_kwargs.get("batch_size", 1) is not None
-
-    def dataset_description(self) -> str:
-        dataset = self.dataset
-        if isinstance(dataset, DataPipeline):
-            return ", ".join(stage.describe() for stage in dataset.pipeline)
-        return type(dataset).__name__
-
-    def collate_one(self, item: Any) -> Any:
-        """What the DataLoader's collation makes of a single item."""
-        from torch.utils.data import default_collate, default_convert
-
-        collate = self.loader_kwargs.get("collate_fn")
-        if self.auto_batched:
-            return (collate or default_collate)([item])
-        return (collate or default_convert)(item)
-
-    def make_dataloader(self, dataset: Any, plain: bool = False) -> Any:
-        from torch.utils.data import DataLoader, IterableDataset, default_collate, default_convert
-
-        IterableDataset.register(_WorkerStream)
-        kwargs = dict(self.loader_kwargs)
-        collate = kwargs.get("collate_fn") or (default_collate if self.auto_batched else default_convert)
-        if self.reuse_shared_memory:
-            collate = transport.PackingCollate(collate)
-        if not plain:
-            collate = _CollateWithState(collate, self.auto_batched)
-        kwargs["collate_fn"] = collate
-        return DataLoader(dataset, **kwargs)
+        return self.factory.slots
 
     def __iter__(self) -> Iterator:
         dataset = self.dataset
-        if isinstance(dataset, DataPipeline) and dataset._pending is not None:
-            raise StateError("a checkpoint was loaded into the dataset; load it into the WebLoader instead")
-        if isinstance(dataset, DataPipeline) and dataset.nsamples > 0 and self.nsamples <= 0:
-            # dataset.with_epoch(n): n items per worker per epoch. The workers stream without
-            # end and the loader cuts its epochs at n x workers items, so each epoch continues
-            # the streams where the last one stopped (checkpoints included).
-            self.repetitions, self.nsamples = sys.maxsize, dataset.nsamples * self.slots
-        if hasattr(dataset, "prepare"):
+        if isinstance(dataset, DataPipeline):
+            if dataset.checkpoint_pending:
+                raise StateError(
+                    "a checkpoint was loaded into the dataset; load it into the WebLoader instead"
+                )
+            if dataset.nsamples > 0 and self.nsamples <= 0:
+                # dataset.with_epoch(n): n items per worker per epoch. The workers stream without
+                # end and the loader cuts its epochs at n x workers items, so each epoch continues
+                # the streams where the last one stopped (checkpoints included).
+                self.repetitions, self.nsamples = sys.maxsize, dataset.nsamples * self.slots
             topology = distributed.current(self._captured)
             dataset.prepare(topology, endless=self.nsamples > 0 or self.repetitions == sys.maxsize)
         return super().__iter__()
 
+    def contributions(self) -> list[int]:
+        """For a mixed dataset (:class:`~wdsx.Mix`): how many outputs each source has given in
+        this epoch, over the batches this loader has delivered, summed over its workers."""
+        dataset = self.dataset
+        if not isinstance(dataset, Mix):
+            raise TypeError(f"contributions() needs a wdsx.Mix dataset, not a {type(dataset).__name__}")
+        progress = self._progress(self.current_state())
+        totals = [0] * len(dataset.mixer.sources)
+        for worker_state in progress.states if progress is not None else []:
+            totals = [a + b for a, b in zip(totals, dataset.contributions_in(worker_state))]
+        return totals
+
     # --- elastic resume ---------------------------------------------------------------
-    def load_state_dict(self, state: dict, strict: bool = True) -> None:
+    def load_state_dict(self, state: JsonDict, strict: bool = True) -> None:
         """Resume from a state saved by this loader, by a loader with a different number of
         workers, or (a :func:`gather_loader_state` result) by a job with different ranks."""
         topology = distributed.current(self._captured)
         rank, world = topology.rank, topology.world_size
         if state.get("format") == GLOBAL_FORMAT:
-            ranks = state["ranks"]
-            if len(ranks) == world and all(_workers_of(r) in (None, self.slots) for r in ranks):
-                state = ranks[rank]
+            ranks = [self.parse_state(rank_state) for rank_state in state["ranks"]]
+            progresses = [self._progress(rank_state) for rank_state in ranks]
+            if len(ranks) == world and all(p is None or p.workers == self.slots for p in progresses):
+                state = state["ranks"][rank]
             else:
-                state = self._redealt(ranks, rank, world)
-        elif "0" in state.get("stages", {}) and (
-            _workers_of(state) != self.slots or _world_of(state) != world
-        ):
-            if _world_of(state) != world:
-                raise StateError(
-                    f"this loader state was saved by rank {_loader_progress(state)['rank']} of "
-                    f"{_world_of(state)}; to resume on {world} ranks, gather every rank's state with "
-                    "gather_loader_state() and load that"
-                )
-            state = self._redealt([state], rank, world)
+                state = self._redealt(ranks, rank, world).to_json()
+        else:
+            parsed = self.parse_state(state)
+            progress = self._progress(parsed)
+            if progress is not None and (progress.workers != self.slots or progress.world != world):
+                if progress.world != world:
+                    raise StateError(
+                        f"this loader state was saved by rank {progress.rank} of {progress.world}; "
+                        f"to resume on {world} ranks, gather every rank's state with "
+                        "gather_loader_state() and load that"
+                    )
+                state = self._redealt([parsed], rank, world).to_json()
         super().load_state_dict(state, strict)
 
-    def _redealt(self, rank_states: list[dict], rank: int, world: int) -> dict:
+    def _progress(self, state: PipelineState) -> LoaderProgress | None:
+        saved = state.stages.get(LoaderSource.state_key)
+        return None if saved is None else LoaderProgress.from_json(saved, state.table())
+
+    def _redealt(self, rank_states: list[PipelineState], rank: int, world: int) -> PipelineState:
         """This rank's share of a checkpoint re-dealt to the current ranks x workers."""
-        if not isinstance(self.dataset, DataPipeline):
+        dataset = self.dataset
+        if not isinstance(dataset, DataPipeline):
             raise StateError("elastic resume needs a wdsx dataset")
-        old_world = _world_of(rank_states[0])
-        if hasattr(self.dataset, "prepare"):  # the old plans were made with the counts it finds
-            self.dataset.prepare(distributed.Topology(0, old_world, 0, 1), self.dataset.nsamples > 0)
-        readers: list[dict] = []
-        main_leftovers: list = []
-        for rank_state in rank_states:
-            progress = _loader_progress(rank_state)
-            for slot, reader_state in enumerate(progress["states"]):
+        progresses = [self._progress(rank_state) for rank_state in rank_states]
+        old_world = next((p.world for p in progresses if p is not None), 1)
+        # the old plans were made with the counts the dataset finds for the old topology
+        dataset.prepare(distributed.Topology(0, old_world, 0, 1), dataset.nsamples > 0)
+        readers: list[PipelineState] = []
+        main_leftovers: list[Position] = []
+        for rank_state, progress in zip(rank_states, progresses):
+            if progress is None:
+                raise StateError("a rank's loader state has no loader progress to re-deal")
+            for slot, reader_state in enumerate(progress.states):
                 if reader_state is None:
-                    reader_state = self._fresh_reader_state(rank_state, progress["consumers"][slot], progress)
-                readers.append(reader_state)
-            main_leftovers.extend(self._main_leftovers(rank_state))
+                    readers.append(self._fresh_reader_state(rank_state, progress.consumers[slot], progress))
+                else:
+                    readers.append(dataset.parse_state(reader_state))
+            main_leftovers.extend(redeal.held_positions(rank_state, self.pipeline, skip=0))
         consumers = world * self.slots
         log.info(
             "re-dealing a checkpoint of %d readers to %d readers (%d ranks x %d)",
@@ -327,50 +432,37 @@ class WebLoader(DataPipeline):
             world,
             self.slots,
         )
-        new_states = elastic.redeal(
-            readers, main_leftovers, self.dataset.pipeline, old_world, consumers, world
+        target = RedealTarget(old_world, consumers, world)
+        new_states = redeal.redeal(readers, main_leftovers, dataset.pipeline, target)
+        progress = LoaderProgress.fresh(self.slots, rank, world)
+        progress.states = [
+            state.to_json() for state in new_states[rank * self.slots : (rank + 1) * self.slots]
+        ]
+        template = rank_states[0]
+        return PipelineState(
+            template.fingerprint,
+            template.seed,
+            rank,
+            world,
+            template.epoch,
+            {LoaderSource.state_key: progress.to_json(PositionTable())},
+            passes=template.passes,
         )
-        progress = _LoaderProgress(self.slots, rank, world)
-        progress.states = new_states[rank * self.slots : (rank + 1) * self.slots]
-        return {
-            **rank_states[0],
-            "topology": [rank, world],
-            "stages": {"0": progress.snapshot(None)},
-            "urls": [],
-            "nominal": 0,
-        }
 
-    def _fresh_reader_state(self, rank_state: dict, consumer: int, progress: dict) -> dict:
+    def _fresh_reader_state(
+        self, rank_state: PipelineState, consumer: int, progress: LoaderProgress
+    ) -> PipelineState:
         """The state of a reader that had not delivered anything yet in this epoch."""
-        return {
-            "fingerprint": self.dataset.fingerprint(),
-            "seed": self.dataset.seed,
-            "topology": [consumer, progress["world"] * progress["workers"]],
-            "epoch": rank_state["epoch"],
-            "stages": {},
-            "urls": [],
-        }
-
-    def _main_leftovers(self, rank_state: dict) -> list:
-        """Samples held by this loader's main-process stages in a saved state."""
-        reader = self.dataset.pipeline[source_index(self.dataset.pipeline)]
-        return elastic.buffered_positions(rank_state, reader, skip=0)
+        return PipelineState(
+            self.dataset.fingerprint(),
+            self.dataset.seed,
+            consumer,
+            progress.world * progress.workers,
+            rank_state.epoch,
+        )
 
 
-def _loader_progress(state: dict) -> dict:
-    return state["stages"]["0"]
-
-
-def _workers_of(state: dict) -> int | None:
-    progress = state.get("stages", {}).get("0")
-    return None if progress is None else progress["workers"]
-
-
-def _world_of(state: dict) -> int:
-    return _loader_progress(state)["world"]
-
-
-def gather_loader_state(loader: WebLoader, group: Any = None) -> dict:
+def gather_loader_state(loader: WebLoader, group: Any = None) -> JsonDict:
     """All ranks' loader states in one JSON-serialisable checkpoint, returned on every rank.
 
     Call it on every rank at the same step (it is a ``torch.distributed`` collective). Save the
@@ -387,9 +479,9 @@ def gather_loader_state(loader: WebLoader, group: Any = None) -> dict:
     return {"format": GLOBAL_FORMAT, "version": VERSION, "ranks": states}
 
 
-def split_loader_state(global_state: dict, rank: int) -> dict:
+def split_loader_state(global_state: JsonDict, rank: int) -> JsonDict:
     """One rank's part of a gathered checkpoint saved with the same topology."""
-    if global_state.get("format") != GLOBAL_FORMAT:
+    if not isinstance(global_state, dict) or global_state.get("format") != GLOBAL_FORMAT:
         raise StateError(f"not a {GLOBAL_FORMAT} checkpoint")
     return global_state["ranks"][rank]
 

@@ -12,15 +12,17 @@ import copy
 import logging
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 from wdsx.core import topology as distributed
 from wdsx.core.env import seed_from_environment
 from wdsx.core.errors import NotResumableError, StateError
 from wdsx.pipeline.fluid import FluidInterface
-from wdsx.stages.base import Run, Stage, as_stage, source_index
-from wdsx.state.checkpoint import FORMAT, VERSION, PositionTable, check_format, fingerprint_differences
+from wdsx.stages.base import Run, Stage, as_stage, source_index, stage_keys
+from wdsx.state.checkpoint import FORMAT as STATE_FORMAT
+from wdsx.state.checkpoint import VERSION, JsonDict, PipelineState, check_format, fingerprint_differences
+from wdsx.state.position import PositionTable
 
 log = logging.getLogger("wdsx")
 
@@ -50,30 +52,31 @@ _NOTHING = object()
 class _Stream:
     """One iteration over a pipeline: runs epoch after epoch, as many as requested."""
 
-    def __init__(self, pipeline: DataPipeline, start: dict | None):
+    def __init__(self, pipeline: DataPipeline, start: PipelineState | None):
         self.pipeline = pipeline
         self.start = start
-        self.epoch = start["epoch"] if start else pipeline._next_epoch
-        self.nominal = start.get("nominal", 0) if start else 0
+        self.epoch = start.epoch if start else pipeline._next_epoch
+        self.nominal = start.nominal if start else 0
         # passes of repeat(n) still to run in this iter(), the current one included
-        self.passes = (start.get("passes") if start else None) or pipeline.repetitions
+        self.passes = (start.passes if start else 0) or pipeline.repetitions
         self.topology = pipeline._topology(start)
         self.run: Run | None = None
         self.started = False
-        self.table = PositionTable(start.get("urls", []) if start else [])
+        self.table = start.table() if start else PositionTable()
+        # the with_epoch(n) this stream was made for: only such a stream continues across iter()
+        self.limit = pipeline.nsamples
         self.items = self._generate()
 
-    def _generate(self) -> Iterator:
+    def _generate(self) -> Generator[Any, None, None]:
         pipeline = self.pipeline
         restore = self.start
         while self.passes > 0:
             self.started = True
             stages = pipeline.pipeline
-            saved = {int(k): v for k, v in restore["stages"].items()} if restore else None
-            run = Run(stages, self.epoch, pipeline.seed, self.topology, saved, self.table)
+            run = Run(stages, self.epoch, pipeline.seed, self.topology, restore, self.table)
             self.run = run
             pipeline._next_epoch = self.epoch + 1
-            chain = None
+            chain: Iterator = iter(())
             for index, stage in enumerate(stages):
                 chain = stage.apply(chain, run, index)
             first = next(chain, _NOTHING)
@@ -87,25 +90,17 @@ class _Stream:
                 break  # an empty dataset: repeating it would loop forever
             restore = None
 
-    def state(self) -> dict:
-        """Epoch and stage states at the point between the last item yielded and the next."""
+    def state(self, fingerprint: list[str], seed: int) -> PipelineState:
+        """The state at the point between the last item yielded and the next."""
+        topology = self.topology
+        state = PipelineState(fingerprint, seed, topology.consumer, topology.consumers, self.epoch)
         if not self.started and self.start is not None:
-            return {
-                "epoch": self.start["epoch"],
-                "stages": self.start.get("stages", {}),
-                "nominal": self.nominal,
-                "passes": self.passes,
-            }
-        stages = {}
-        if self.run is not None:
-            for index, holder in sorted(self.run.states.items()):
-                stages[str(index)] = holder.snapshot(self.table)
-        return {
-            "epoch": self.run.epoch if self.run else self.epoch,
-            "stages": stages,
-            "nominal": self.nominal,
-            "passes": self.passes,
-        }
+            state.epoch, state.stages, state.urls = self.start.epoch, dict(self.start.stages), self.start.urls
+        elif self.run is not None:
+            state.epoch, state.stages = self.run.epoch, self.run.snapshot()
+        state.nominal, state.passes = self.nominal, self.passes
+        state.urls = list(self.table.urls) if self.started else state.urls
+        return state
 
 
 class DataPipeline(FluidInterface):
@@ -130,7 +125,7 @@ class DataPipeline(FluidInterface):
         self.nsamples = -1
         self.size: int | None = None
         self._next_epoch = 0
-        self._pending: dict | None = None
+        self._pending: PipelineState | None = None
         self._live: _Stream | None = None
         self._captured = distributed.capture()
         register_with_torch()
@@ -147,6 +142,13 @@ class DataPipeline(FluidInterface):
         result.__dict__.update(self.__dict__)
         result.pipeline = list(self.pipeline) + [as_stage(stage) for stage in stages]
         result._live = None
+        return result
+
+    def detached(self) -> DataPipeline:
+        """A copy sharing this pipeline's stages and settings but neither its running
+        iteration nor a loaded checkpoint (for running one pipeline in several places)."""
+        result = copy.copy(self)
+        result._live, result._pending = None, None
         return result
 
     def append(self, stage: Any) -> None:
@@ -185,9 +187,9 @@ class DataPipeline(FluidInterface):
 
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch the next ``iter()`` runs (as with DistributedSampler.set_epoch)."""
-        if self._pending is not None and self._pending["epoch"] != epoch:
+        if self._pending is not None and self._pending.epoch != epoch:
             raise StateError(
-                f"set_epoch({epoch}) after loading a checkpoint of epoch {self._pending['epoch']}: "
+                f"set_epoch({epoch}) after loading a checkpoint of epoch {self._pending.epoch}: "
                 "the checkpoint would be ignored"
             )
         self._next_epoch = epoch
@@ -203,9 +205,10 @@ class DataPipeline(FluidInterface):
     # --- iterating --------------------------------------------------------------------
     def __iter__(self) -> Iterator:
         if self.nsamples > 0:
-            if self._live is None or self._pending is not None:
-                self._live = _Stream(self, self._take_pending())
-            return self._limited(self._live, self.nsamples)
+            live = self._live
+            if live is None or self._pending is not None or live.limit != self.nsamples:
+                live = self._live = _Stream(self, self._take_pending())
+            return self._limited(live, self.nsamples)
         self._live = _Stream(self, self._take_pending())
         return self._live.items
 
@@ -221,16 +224,25 @@ class DataPipeline(FluidInterface):
             yield item
         stream.nominal = 0
 
-    def _take_pending(self) -> dict | None:
+    @property
+    def checkpoint_pending(self) -> bool:
+        """True between ``load_state_dict`` and the ``iter()`` that resumes from it."""
+        return self._pending is not None
+
+    def prepare(self, topology: distributed.Topology, endless: bool) -> None:
+        """Called before iterating with the readers' topology; a dataset that needs to know
+        more before dealing an epoch (sample counts) finds it here. Nothing by default."""
+
+    def _take_pending(self) -> PipelineState | None:
         pending, self._pending = self._pending, None
         if pending is not None:
-            log.info("resuming %s at epoch %d", type(self).__name__, pending["epoch"])
+            log.info("resuming %s at epoch %d", type(self).__name__, pending.epoch)
         return pending
 
-    def _topology(self, start: dict | None) -> distributed.Topology:
+    def _topology(self, start: PipelineState | None) -> distributed.Topology:
         topology = distributed.current(self._captured)
-        if start is not None and "topology" in start:
-            saved = tuple(start["topology"])
+        if start is not None:
+            saved = (start.consumer, start.consumers)
             if saved != (topology.consumer, topology.consumers):
                 raise StateError(
                     f"checkpoint belongs to reader {saved[0]} of {saved[1]}, but this is reader "
@@ -242,9 +254,9 @@ class DataPipeline(FluidInterface):
         return topology
 
     # --- checkpointing ----------------------------------------------------------------
-    def fingerprint(self) -> dict:
+    def fingerprint(self) -> list[str]:
         """What a checkpoint must match: the stages (and through the reader, the shard list)."""
-        return {"stages": [stage.describe() for stage in self.pipeline]}
+        return [stage.describe() for stage in self.pipeline]
 
     def not_resumable(self) -> list[str]:
         """Reasons a checkpoint of this pipeline would not resume exactly (empty when it would)."""
@@ -260,7 +272,7 @@ class DataPipeline(FluidInterface):
             reasons.append("no stage reads shards (tarfile_to_samples or WebDataset), so no positions exist")
         return reasons
 
-    def state_dict(self, strict: bool = True) -> dict:
+    def state_dict(self, strict: bool = True) -> JsonDict:
         """The state after the last item this process took from the pipeline; JSON-serialisable.
 
         Raises :class:`NotResumableError` if the pipeline holds something that cannot be
@@ -272,35 +284,44 @@ class DataPipeline(FluidInterface):
             if strict:
                 raise NotResumableError(message)
             warnings.warn(message + " (strict=False: resuming restarts those stages)", stacklevel=2)
-        return self.snapshot()
+        return self.current_state().to_json()
 
-    def snapshot(self) -> dict:
+    def current_state(self) -> PipelineState:
         """The current state, without checking that it can be restored exactly."""
         if self._pending is not None:
             return copy.deepcopy(self._pending)
         if self._live is not None:
-            inner = self._live.state()
-            urls = self._live.table.urls
-            topology = self._live.topology
-        else:
-            inner = {"epoch": self._next_epoch, "stages": {}, "nominal": 0, "passes": 0}
-            urls = []
-            topology = distributed.current(self._captured)
-        return {
-            "format": FORMAT,
-            "version": VERSION,
-            "fingerprint": self.fingerprint(),
-            "seed": self.seed,
-            "topology": [topology.consumer, topology.consumers],
-            **inner,
-            "urls": list(urls),
-        }
+            return self._live.state(self.fingerprint(), self.seed)
+        topology = distributed.current(self._captured)
+        return PipelineState(
+            self.fingerprint(), self.seed, topology.consumer, topology.consumers, self._next_epoch
+        )
 
-    def load_state_dict(self, state: dict, strict: bool = True) -> None:
+    def parse_state(self, data: JsonDict) -> PipelineState:
+        """A checkpoint of this pipeline, of any version this wdsx reads, as today's type."""
+        return PipelineState.from_json(data, self.upgrade_state)
+
+    def upgrade_state(self, data: JsonDict) -> JsonDict:
+        """A version-2 checkpoint of this pipeline in today's form: version 2 keyed stage
+        states by their index in the pipeline, and some stages stored them differently."""
+        check_format(data, STATE_FORMAT)
+        problems = fingerprint_differences(data["fingerprint"]["stages"], self.fingerprint())
+        if problems:
+            raise StateError("version-2 checkpoint does not match this pipeline: " + "; ".join(problems))
+        keys = stage_keys(self.pipeline)
+        table = PositionTable(data.get("urls", []))
+        stages = {
+            keys[int(index)]: self.pipeline[int(index)].upgrade_state(saved, table)
+            for index, saved in data.get("stages", {}).items()
+        }
+        return {**data, "version": VERSION, "stages": stages, "urls": table.urls}
+
+    def load_state_dict(self, state: JsonDict, strict: bool = True) -> None:
         """Resume from ``state`` at the next ``iter()``. The state must match this pipeline
         (stages, shard list, seed); with ``strict=False`` mismatches warn instead of raising."""
-        check_format(state)
-        problems = fingerprint_differences(state["fingerprint"], self.fingerprint())
+        check_format(state, STATE_FORMAT)
+        saved = state["fingerprint"]["stages"]
+        problems = fingerprint_differences(saved, self.fingerprint())
         if state["seed"] != self.seed:
             problems.append(f"seed differs: checkpoint has {state['seed']}, pipeline has {self.seed}")
         if problems:
@@ -311,7 +332,8 @@ class DataPipeline(FluidInterface):
                 message + " (strict=False: resuming anyway with the checkpoint's seed)", stacklevel=2
             )
             self.seed = state["seed"]
-        self._pending = dict(state)
+        parsed = PipelineState.from_json(state, self.upgrade_state if not problems else None)
+        self._pending = parsed
         self._live = None
 
     # --- pickling and cleanup ---------------------------------------------------------

@@ -8,18 +8,33 @@ the same stages as the functional ``DataPipeline(...)`` form.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from wdsx.core.errors import Handler, reraise_exception
-from wdsx.stages import batch, shuffle
+from wdsx.stages import batch, caching, shuffle
 from wdsx.stages import transforms as stages
+
+F = TypeVar("F", bound="FluidInterface")
 
 
 class FluidInterface:
-    """Fluent stage methods; the class using it provides ``compose(*stages)``."""
+    """Fluent stage methods; the class using it provides ``compose(*stages)`` and ``close()``.
+
+    It is also a context manager, as webdataset's WebDataset is: leaving ``with`` closes the
+    live iteration (and the shards it holds open).
+    """
 
     def compose(self, *args: Any) -> Any:  # pragma: no cover - provided by the pipeline
         raise NotImplementedError
+
+    def close(self) -> None:  # pragma: no cover - provided by the pipeline
+        raise NotImplementedError
+
+    def __enter__(self: F) -> F:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def batched(
         self, batchsize: int, collation_fn: Callable | None = batch.default_collation_fn, partial: bool = True
@@ -89,3 +104,11 @@ class FluidInterface:
 
     def xdecode(self, *args: Any, **kw: Any) -> Any:
         return self.compose(stages.xdecode(*args, **kw))
+
+    def mcached(self) -> Any:
+        """Keep the first complete pass in memory and replay it afterwards."""
+        return self.compose(caching.Cached())
+
+    def lmdb_cached(self, *args: Any, **kw: Any) -> Any:
+        """Keep the first complete pass in an LMDB database (see :class:`~wdsx.stages.caching.LMDBCached`)."""
+        return self.compose(caching.LMDBCached(*args, **kw))

@@ -14,15 +14,16 @@ import logging
 import os
 import posixpath
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
 from wdsx.core import topology as distributed
-from wdsx.core.errors import reraise_exception
+from wdsx.core.errors import Handler, reraise_exception
 from wdsx.pipeline.datapipeline import DataPipeline
+from wdsx.read.shard import ReadSettings
 from wdsx.sources import SourceOptions, scheme_of
-from wdsx.stages.reading import ReadSettings, ShardReader
+from wdsx.stages.reading import ShardReader
 from wdsx.stages.shardlists import expand_urls, single_node_only, split_by_node, split_by_worker
 
 log = logging.getLogger("wdsx")
@@ -85,7 +86,7 @@ class WebDataset(DataPipeline):
     def __init__(
         self,
         urls: str | Iterable[str],
-        handler: Callable[[BaseException], bool] = reraise_exception,
+        handler: Handler = reraise_exception,
         mode: str | None = None,
         resampled: bool = False,
         repeat: bool = False,
@@ -167,6 +168,8 @@ class WebDataset(DataPipeline):
     def _initial_counts(self, counts: Sequence[int] | str | None) -> list[int] | None:
         if counts == "scan":
             return self._scan_counts()
+        if isinstance(counts, str):
+            raise ValueError(f"counts must be a list of sample counts or 'scan', not {counts!r}")
         if counts is not None:
             if len(counts) != len(self.urls):
                 raise ValueError(f"counts has {len(counts)} entries for {len(self.urls)} shards")
@@ -188,15 +191,15 @@ class WebDataset(DataPipeline):
         reader = self.reader
         if (
             topology.world_size <= 1
-            or not reader.split_ranks
+            or not reader.deal.split_ranks
             or reader.resampled
-            or reader.counts is not None
+            or reader.deal.counts is not None
         ):
             return
         if endless or self.nsamples > 0:
             return
         if all(scheme_of(url) == "file" for url in self.urls):
-            reader.counts = self._scan_counts()
+            reader.deal = reader.deal.with_counts(self._scan_counts())
             return
         raise ValueError(
             "wdsx: a multi-rank job needs per-shard sample counts to give every rank the same number "
@@ -205,7 +208,7 @@ class WebDataset(DataPipeline):
             "epoch length with .with_epoch(n) on the dataset or the WebLoader."
         )
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator:
         if not distributed.in_worker():
             self.prepare(distributed.current(self._captured), self.repetitions == sys.maxsize)
         return super().__iter__()

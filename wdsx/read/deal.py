@@ -19,9 +19,11 @@ had not yet read, plus the samples that sat in their buffers, and deals that out
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from wdsx.core import rng
+from wdsx.core.errors import StateError
+from wdsx.state.position import Position, PositionTable
 
 REMAINDERS = ("exact", "pad", "drop")
 
@@ -63,23 +65,18 @@ class Piece:
 
 @dataclass
 class ConsumerPlan:
-    """What one consumer reads in one epoch: single samples first, then spans."""
+    """What one consumer reads in one epoch: single samples first (``leftovers``: samples an
+    earlier topology had read into buffers but not delivered), then spans."""
 
     spans: list[Span]
-    leftovers: list[tuple[list[int], bool]] = field(default_factory=list)  # ((shard, offset, ordinal), pad)
+    leftovers: list[Position] = field(default_factory=list)
 
-    def to_json(self) -> dict:
-        return {
-            "spans": [span.to_json() for span in self.spans],
-            "leftovers": [[list(pos), pad] for pos, pad in self.leftovers],
-        }
+    def to_json(self, table: PositionTable) -> dict:
+        return {"spans": [span.to_json() for span in self.spans], "leftovers": table.encode(self.leftovers)}
 
     @classmethod
-    def from_json(cls, data: dict) -> ConsumerPlan:
-        return cls(
-            [Span.from_json(span) for span in data["spans"]],
-            [([int(x) for x in pos], bool(pad)) for pos, pad in data.get("leftovers", [])],
-        )
+    def from_json(cls, data: dict, table: PositionTable) -> ConsumerPlan:
+        return cls([Span.from_json(span) for span in data["spans"]], table.decode(data["leftovers"]))
 
 
 def epoch_order(nshards: int, seed: int, epoch: int, shuffle: bool) -> list[int]:
@@ -125,8 +122,8 @@ def consumer_lengths(
     return [share] * consumers
 
 
-Unit = tuple[str, object, int]
-"""("piece", Piece, samples) or ("leftover", ((shard, offset, ordinal), pad), 1)."""
+Unit = tuple[Piece | Position, int]
+"""A piece of a shard and its sample count, or one leftover sample and 1."""
 
 
 def plan_epoch(
@@ -139,7 +136,7 @@ def plan_epoch(
 ) -> list[ConsumerPlan]:
     """Every consumer's plan for one epoch. Without counts, whole shards are dealt."""
     units: list[Unit] = [
-        ("piece", Piece(pos, 0, None, 0, False), 1 if counts_in_order is None else counts_in_order[pos])
+        (Piece(pos, 0, None, 0, False), 1 if counts_in_order is None else counts_in_order[pos])
         for pos in range(nshards)
     ]
     return _deal(units, consumers, counts_in_order is not None, batch, partial, remainder)
@@ -170,7 +167,7 @@ def remaining(plan: ConsumerPlan, span_index: int, pos: int, ordinal: int, offse
 
 def reshape(
     unread: Sequence[Span],
-    leftovers: Sequence[tuple[list[int], bool]],
+    leftovers: Sequence[Position],
     consumers: int,
     counts_in_order: Sequence[int] | None,
     batch: int = 1,
@@ -183,7 +180,7 @@ def reshape(
     read into buffers but never delivered. Both are dealt as one sequence (leftovers first),
     cut at sample granularity when counts are known and at piece granularity otherwise.
     """
-    units: list[Unit] = [("leftover", item, 1) for item in leftovers]
+    units: list[Unit] = [(item, 1) for item in leftovers]
     for span in sorted(unread, key=lambda s: (s.start, s.start_ordinal)):
         for piece in pieces(span):
             if counts_in_order is None:
@@ -191,7 +188,7 @@ def reshape(
             else:
                 stop = counts_in_order[piece.pos] if piece.stop is None else piece.stop
                 size = max(0, stop - piece.first)
-            units.append(("piece", piece, size))
+            units.append((piece, size))
     return _deal(units, consumers, counts_in_order is not None, batch, partial, remainder)
 
 
@@ -200,7 +197,7 @@ def _deal(
 ) -> list[ConsumerPlan]:
     """Give consumer ``c`` the next ``lengths[c]`` samples of the unit sequence, wrapping
     around to its start (the repeats are marked as padding) when the lengths add up to more."""
-    total = sum(size for _, _, size in units)
+    total = sum(size for _, size in units)
     if counted:
         lengths = consumer_lengths(total, consumers, batch, partial, remainder)
     else:
@@ -208,21 +205,22 @@ def _deal(
     plans = [ConsumerPlan([]) for _ in range(consumers)]
     index, used, lap = 0, 0, 0
     for plan, need in zip(plans, lengths):
-        while total and (need > 0 or (index < len(units) and units[index][2] == 0)):
+        while total and (need > 0 or (index < len(units) and units[index][1] == 0)):
             if index == len(units):
                 index, used, lap = 0, 0, lap + 1
-            kind, item, size = units[index]
-            if kind == "leftover":
-                position, pad = item
-                plan.leftovers.append((position, pad or lap > 0))
+            item, size = units[index]
+            if isinstance(item, Position):
+                plan.leftovers.append(item.as_padding() if lap > 0 else item)
                 index, need = index + 1, need - 1
                 continue
             take = min(need, size - used) if counted else size
             first = item.first + used
             if used + take >= size and item.stop is None:
                 end = (item.pos + 1, 0)
+            elif counted or item.stop is None:
+                end = (item.pos, first + take)
             else:
-                end = (item.pos, first + take if counted else item.stop)
+                end = (item.pos, item.stop)
             offset = item.offset if used == 0 else None
             plan.spans.append(Span(item.pos, first, end[0], end[1], offset, item.pad or lap > 0))
             used += take
@@ -230,8 +228,8 @@ def _deal(
             if used >= size:
                 index, used = index + 1, 0
     if total:
-        for kind, item, size in units[index:]:
-            if size == 0 and kind == "piece":  # shards the counts call empty: read them anyway
+        for item, size in units[index:]:
+            if size == 0 and isinstance(item, Piece):  # shards the counts call empty: read them anyway
                 plans[-1].spans.append(Span(item.pos, item.first, item.pos + 1, 0, item.offset, item.pad))
     for plan in plans:
         plan.spans = _merge(plan.spans)
@@ -251,3 +249,82 @@ def _merge(spans: list[Span]) -> list[Span]:
                 continue
         merged.append(span)
     return merged
+
+
+@dataclass(frozen=True)
+class EpochDeal:
+    """How a fixed shard list's epochs are dealt to readers: a plain value, used by the stage
+    that reads the shards and by the re-deal of a checkpoint to another topology.
+
+    ``batch``/``partial`` are those of the first batching stage after the reader, so that
+    shares can give every reader the same number of batches; ``counts`` are per-shard sample
+    counts (None: unknown, whole shards are dealt).
+    """
+
+    urls: tuple[str, ...]
+    shuffle: bool = False
+    counts: tuple[int, ...] | None = None
+    remainder: str | None = None
+    split_ranks: bool = True
+    split_workers: bool = True
+    batch: int = 1
+    partial: bool = True
+
+    def with_counts(self, counts: Sequence[int] | None) -> EpochDeal:
+        return replace(self, counts=None if counts is None else tuple(counts))
+
+    def with_batching(self, batch: int, partial: bool) -> EpochDeal:
+        return replace(self, batch=batch, partial=partial)
+
+    def order(self, seed: int, epoch: int) -> list[int]:
+        """The shard ids of the epoch in reading order."""
+        return epoch_order(len(self.urls), seed, epoch, self.shuffle)
+
+    def reader_of(self, rank: int, world_size: int, worker: int, num_workers: int) -> tuple[int, int]:
+        """(this reader's index, number of readers) under the configured splitting."""
+        ranks = world_size if self.split_ranks else 1
+        workers = num_workers if self.split_workers else 1
+        me = (rank if self.split_ranks else 0) * workers + (worker if self.split_workers else 0)
+        return me, ranks * workers
+
+    def remainder_for(self, world_size: int) -> str:
+        """The remainder policy in force: the one given, else "pad" across ranks, else "exact"."""
+        if self.remainder is not None:
+            return self.remainder
+        return "pad" if world_size > 1 and self.split_ranks else "exact"
+
+    def counts_digest(self) -> str | None:
+        """A short fingerprint of the per-shard sample counts (plans depend on them)."""
+        return None if self.counts is None else f"{rng.derive_seed(*self.counts):016x}"
+
+    def check_counts(self, saved: str | None) -> None:
+        """Refuse to rebuild a checkpoint's plan from other sample counts than it was made with."""
+        if saved != self.counts_digest():
+            raise StateError(
+                "the checkpoint's epoch was dealt with other per-shard sample counts than this "
+                "dataset has now (a changed manifest, or counts given differently)"
+            )
+
+    def _counts_in(self, order: Sequence[int]) -> list[int] | None:
+        return [self.counts[i] for i in order] if self.counts is not None else None
+
+    def plan(self, seed: int, epoch: int, reader: int, readers: int, world_size: int) -> ConsumerPlan:
+        """What reader ``reader`` of ``readers`` reads in ``epoch``."""
+        order = self.order(seed, epoch)
+        remainder = self.remainder_for(world_size)
+        plans = plan_epoch(readers, self._counts_in(order), len(order), self.batch, self.partial, remainder)
+        return plans[reader]
+
+    def redeal(
+        self,
+        seed: int,
+        epoch: int,
+        unread: Sequence[Span],
+        leftovers: Sequence[Position],
+        readers: int,
+        world_size: int,
+    ) -> list[ConsumerPlan]:
+        """The unread rest of ``epoch`` dealt to ``readers`` new readers (see :func:`reshape`)."""
+        counts = self._counts_in(self.order(seed, epoch))
+        remainder = self.remainder_for(world_size)
+        return reshape(unread, leftovers, readers, counts, self.batch, self.partial, remainder)

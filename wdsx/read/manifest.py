@@ -16,7 +16,6 @@ Shards are matched by basename, so a manifest stays valid when the dataset is co
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import posixpath
@@ -29,7 +28,6 @@ from wdsx.core.compression import SHARD_SUFFIXES, uncompressed
 from wdsx.read.samples import Cursor, group_members
 from wdsx.read.tar import scan_headers
 from wdsx.sources import SourceOptions, open_sink, open_source
-from wdsx.stages.shardlists import expand_urls
 
 FORMAT = "wdsx-manifest"
 VERSION = 1
@@ -104,8 +102,13 @@ class Manifest:
 
     def counts_for(self, urls: Iterable[str]) -> list[int] | None:
         """Sample counts of ``urls`` (matched by basename), or None if any shard is not listed."""
-        entries = [self.entry_for(url) for url in urls]
-        return None if None in entries else [entry.samples for entry in entries]
+        counts = []
+        for url in urls:
+            entry = self.entry_for(url)
+            if entry is None:
+                return None
+            counts.append(entry.samples)
+        return counts
 
     def sha256_for(self, url: str) -> str | None:
         """The recorded SHA-256 of the shard at ``url`` (by basename), or None if unknown."""
@@ -274,28 +277,3 @@ def index_shard(url: str, options: SourceOptions | None = None) -> ShardEntry:
 def build_manifest(urls: Sequence[str], options: SourceOptions | None = None) -> Manifest:
     """A manifest for existing shards, made by reading each once (``wdsx index``)."""
     return Manifest([index_shard(url, options) for url in urls])
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Register ``wdsx index``."""
-    parser = subparsers.add_parser(
-        "index",
-        help="write a manifest (sample counts, sizes, SHA-256) for existing shards",
-        description="Read every shard once, count its samples and hash it, and write a manifest "
-        "beside the shards (or at --output).",
-    )
-    parser.add_argument(
-        "shards", nargs="+", help="shard URLs or patterns (braces, globs, s3://bucket/prefix/)"
-    )
-    parser.add_argument("-o", "--output", help="manifest URL (default: derived from the first shard's name)")
-    parser.set_defaults(run=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    """``wdsx index``: build the manifest and write it."""
-    urls = [url for spec in args.shards for url in expand_urls(spec)]
-    manifest = build_manifest(urls)
-    output = args.output or manifest_url_for_shard(urls[0])
-    manifest.write(output)
-    print(f"{output}: {len(manifest.shards)} shards, {manifest.total_samples} samples")
-    return 0

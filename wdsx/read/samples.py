@@ -16,9 +16,11 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from wdsx.core.errors import ShardError
+from wdsx.state.position import make_position
 
 POSITION = "__position__"
-"""Sample field holding ``(url, byte_offset, ordinal)`` of the sample's first tar header."""
+"""Sample field holding the :class:`~wdsx.state.position.Position` of the sample's first
+tar header: URL, byte offset, ordinal in the shard, padding flag."""
 
 _KEY_RE = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
 _META_RE = re.compile(r"__[^/]*__($|/)")
@@ -80,11 +82,12 @@ def sample_starts(
 
 
 class Cursor:
-    """Where the next sample of a shard starts; updated as samples are yielded."""
+    """Where the next sample of a shard starts (its byte offset, None when only the ordinal is
+    known, and its ordinal); updated as samples are yielded. ``done``: the piece is read."""
 
     __slots__ = ("offset", "ordinal", "done")
 
-    def __init__(self, offset: int, ordinal: int):
+    def __init__(self, offset: int | None, ordinal: int):
         self.offset = offset
         self.ordinal = ordinal
         self.done = False
@@ -106,8 +109,8 @@ def group_members(
     it holds the next sample's. Grouping stops before ordinal ``stop``. ``extra`` fields
     (such as ``__local_path__``) are added to every sample.
     """
-    sample: dict[str, Any] | None = None
-    key = None
+    sample: dict[str, Any] = {}
+    key: str | None = None
     ordinal = cursor.ordinal
     if stop is not None and ordinal >= stop:
         cursor.done = True
@@ -125,7 +128,7 @@ def group_members(
                 continue
             prefix, ext = field
         if prefix != key:
-            if sample is not None:
+            if key is not None:
                 ordinal += 1
                 cursor.offset = offset
                 cursor.ordinal = ordinal
@@ -135,7 +138,12 @@ def group_members(
                     return
                 yield sample
             key = prefix
-            sample = {"__key__": prefix, "__url__": url, ext: data, POSITION: (url, offset, ordinal)}
+            sample = {
+                "__key__": prefix,
+                "__url__": url,
+                ext: data,
+                POSITION: make_position(url, offset, ordinal),
+            }
             if extra:
                 sample.update(extra)
         elif ext in sample:
@@ -143,6 +151,6 @@ def group_members(
         else:
             sample[ext] = data
     cursor.done = True
-    if sample is not None:
+    if key is not None:
         cursor.ordinal = ordinal + 1
         yield sample

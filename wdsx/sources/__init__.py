@@ -1,7 +1,9 @@
-"""Open shards by URL: local paths and ``file:``, ``s3://``, ``http(s)://`` and ``pipe:``.
+"""Open shards by URL: local paths and ``file:``, ``s3://``, ``gs://``, ``az://``, ``hf://``,
+``http(s)://``, ``pipe:``, and any other protocol fsspec knows.
 
 Every opener takes the byte offset at which the caller wants to start. Stores that support it
 start there directly (a seek or a ranged request); ``pipe:`` reads and discards up to it.
+A scheme with no reader of its own is read through fsspec, when fsspec knows its protocol.
 """
 
 from __future__ import annotations
@@ -9,10 +11,11 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
+from typing import Any
 
 from wdsx.core.errors import SourceError
 from wdsx.sources.base import Sink, Source, SourceOptions
-from wdsx.sources.listing import list_shards
+from wdsx.sources.listing import Lister, list_shards
 from wdsx.sources.local import LocalSink, LocalSource, local_path
 
 Opener = Callable[[str, int, SourceOptions], Source]
@@ -20,15 +23,26 @@ SinkOpener = Callable[[str, SourceOptions], Sink]
 
 _OPENERS: dict[str, Opener] = {}
 _SINK_OPENERS: dict[str, SinkOpener] = {}
+_LISTERS: dict[str, Lister] = {}
+FALLBACK = "fsspec"
+"""The pseudo-scheme whose reader and lister serve schemes that have none of their own."""
 DEFAULT_OPTIONS = SourceOptions()
 
 
-def register(scheme: str, opener: Opener | None = None, sink: SinkOpener | None = None) -> None:
-    """Add a URL scheme (``"s3"``, ``"http"``...) with its reader and, optionally, its writer."""
+def register(
+    scheme: str,
+    opener: Opener | None = None,
+    sink: SinkOpener | None = None,
+    lister: Lister | None = None,
+) -> None:
+    """Add a URL scheme (``"s3"``, ``"http"``...) with its reader and, optionally, its writer
+    and its lister (which expands prefixes and globs)."""
     if opener is not None:
         _OPENERS[scheme] = opener
     if sink is not None:
         _SINK_OPENERS[scheme] = sink
+    if lister is not None:
+        _LISTERS[scheme] = lister
 
 
 def scheme_of(url: str) -> str:
@@ -66,10 +80,9 @@ def open_source(
     scheme = scheme_of(url)
     if scheme == "file":
         return LocalSource(url, local_path(url) or url, offset)
-    _load_backends()
-    opener = _OPENERS.get(scheme)
+    opener = _handler(_OPENERS, scheme)
     if opener is None:
-        raise SourceError(url, f"no reader for URL scheme {scheme!r}")
+        raise SourceError(url, f"no reader for URL scheme {scheme!r} (and fsspec does not know it)")
     if options.cache_dir:
         from wdsx.sources.cache import open_cached
 
@@ -91,6 +104,24 @@ def open_sink(url: str, options: SourceOptions | None = None) -> Sink:
     return sink(url, options)
 
 
+def lister_for(url: str) -> Lister | None:
+    """What expands prefixes and globs of ``url``'s scheme; None for schemes that cannot list."""
+    return _handler(_LISTERS, scheme_of(url))
+
+
+def _handler(table: dict[str, Any], scheme: str) -> Any:
+    """``table``'s entry for ``scheme``; the fsspec fallback's for a scheme with no reader."""
+    _load_backends()
+    if scheme in _OPENERS:
+        return table.get(scheme)
+    if FALLBACK in table and scheme not in ("file", "pipe"):
+        from wdsx.sources.fsspec_store import knows_protocol
+
+        if knows_protocol(scheme):
+            return table[FALLBACK]
+    return None
+
+
 _loaded = False
 
 
@@ -99,7 +130,7 @@ def _load_backends() -> None:
     global _loaded
     if not _loaded:
         # Marked loaded only once imported: a thread racing this one waits on the import lock.
-        from wdsx.sources import backends  # noqa: F401  (registers s3, http, pipe)
+        from wdsx.sources import backends  # noqa: F401  (registers the remote schemes)
 
         _loaded = True
 
@@ -111,6 +142,7 @@ __all__ = [
     "LocalSink",
     "LocalSource",
     "list_shards",
+    "lister_for",
     "local_path",
     "open_sink",
     "open_source",

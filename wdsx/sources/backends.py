@@ -1,33 +1,68 @@
-"""Registers the remote schemes. boto3 is imported only when an ``s3://`` URL is opened."""
+"""Registers the remote schemes. Each store's client library is imported only when one of its
+URLs is first opened, so ``import wdsx`` stays light and a missing extra is named in the error."""
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterable
 from types import ModuleType
 
 from wdsx.core.errors import SourceError
-from wdsx.sources import register
+from wdsx.sources import FALLBACK, Opener, SinkOpener, register
 from wdsx.sources.base import Sink, Source, SourceOptions
 from wdsx.sources.http import open_http
+from wdsx.sources.listing import Lister
 from wdsx.sources.pipe import PipeSink, PipeSource
 
 
-def _s3_module(url: str) -> ModuleType:
-    try:
-        from wdsx.sources import s3
-    except ImportError as exn:
-        raise SourceError(url, f"s3:// URLs need {exn.name!r}: pip install 'wdsx[s3]'") from exn
-    return s3
+class _Store:
+    """A store module (``wdsx.sources.NAME``) imported on first use, and the extra it needs."""
+
+    def __init__(self, module: str, extra: str):
+        self.module = module
+        self.extra = extra
+
+    def _load(self, url: str) -> ModuleType:
+        try:
+            return importlib.import_module(f"wdsx.sources.{self.module}")
+        except ImportError as exn:
+            scheme = url.partition(":")[0]
+            raise SourceError(
+                url, f"{scheme}:// URLs need {exn.name!r}: pip install 'wdsx[{self.extra}]'"
+            ) from exn
+
+    def reader(self, name: str) -> Opener:
+        def open_(url: str, offset: int, options: SourceOptions) -> Source:
+            opener: Opener = getattr(self._load(url), name)
+            return opener(url, offset, options)
+
+        return open_
+
+    def writer(self, name: str) -> SinkOpener:
+        def open_(url: str, options: SourceOptions) -> Sink:
+            sink: SinkOpener = getattr(self._load(url), name)
+            return sink(url, options)
+
+        return open_
+
+    def lister(self, name: str) -> Lister:
+        def list_(prefix: str, options: SourceOptions) -> Iterable[str]:
+            lister: Lister = getattr(self._load(prefix), name)
+            return lister(prefix, options)
+
+        return list_
 
 
-def _open_s3(url: str, offset: int, options: SourceOptions) -> Source:
-    return _s3_module(url).open_s3(url, offset, options)
+def _register(schemes: tuple[str, ...], store: _Store, reader: str, writer: str | None, lister: str) -> None:
+    for scheme in schemes:
+        register(scheme, store.reader(reader), store.writer(writer) if writer else None, store.lister(lister))
 
 
-def _s3_sink(url: str, options: SourceOptions) -> Sink:
-    return _s3_module(url).S3Sink(url, options)
-
-
-register("s3", _open_s3, _s3_sink)
+_register(("s3",), _Store("s3", "s3"), "open_s3", "S3Sink", "list_s3")
+_register(("gs", "gcs"), _Store("gcs", "gcs"), "open_gcs", "GCSSink", "list_gcs")
+_register(("az", "abfs", "abfss"), _Store("azure", "azure"), "open_azure", "AzureSink", "list_azure")
+_register(("hf",), _Store("hf", "hf"), "open_hf", None, "list_hf")
+_register((FALLBACK,), _Store("fsspec_store", "fsspec"), "open_fsspec", None, "list_fsspec")
 register("http", open_http)
 register("https", open_http)
 register("pipe", PipeSource, PipeSink)

@@ -28,6 +28,15 @@ class SourceOptions:
     """Bytes per read from a remote stream."""
     s3: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments for ``boto3.client("s3", ...)`` (``endpoint_url``, ``region_name``...)."""
+    gcs: dict[str, Any] = field(default_factory=dict)
+    """``gs://`` settings: ``endpoint_url``, ``project``, ``anonymous`` (see :mod:`wdsx.sources.gcs`)."""
+    azure: dict[str, Any] = field(default_factory=dict)
+    """``az://`` settings: ``connection_string``, ``account_name``, ``account_key``, ``sas_token``,
+    ``account_url``, ``credential``, ``anonymous`` (see :mod:`wdsx.sources.azure`)."""
+    hf: dict[str, Any] = field(default_factory=dict)
+    """``hf://`` settings: ``endpoint`` and ``token`` (see :mod:`wdsx.sources.hf`)."""
+    fsspec: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Keyword arguments for ``fsspec.filesystem(protocol, ...)``, by protocol."""
     cache_dir: str | None = None
     """Keep a local copy of every remote shard read, under this directory."""
     cache_size: int = -1
@@ -77,7 +86,7 @@ class Sink:
 
     url: str
 
-    def write(self, data: bytes) -> int:
+    def write(self, data: bytes | bytearray | memoryview) -> int:
         raise NotImplementedError
 
     def commit(self) -> None:

@@ -1,23 +1,119 @@
-"""``http://`` and ``https://`` shards read in-process with ranged GETs that resume where they stopped.
+"""Shards read in-process over HTTP with ranged GETs that resume where they stopped.
+
+This is the one streaming reader behind ``http(s)://`` and the object stores that speak HTTP
+(``gs://``, ``az://``, ``hf://``): a store only says where each attempt's request goes and with
+which credentials (a :class:`Target`, built afresh so that tokens and signatures never go
+stale), and how to read its own error code out of an error reply.
 
 No ``curl`` subprocess: redirects, proxies from the environment and TLS come from
-:mod:`urllib.request`. A server that ignores ``Range`` (answers 200 instead of 206) still gives
-the right bytes: the stream discards what precedes the requested offset, and logs that it did.
+:mod:`urllib.request`. A redirect to another host (a CDN's presigned URL) does not carry the
+``Authorization`` header. A server that ignores ``Range`` (answers 200 instead of 206) still
+gives the right bytes: the stream discards what precedes the requested offset, and logs that it
+did.
 """
 
 from __future__ import annotations
 
+import functools
 import http.client
+import json
 import re
 import urllib.error
 import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from email.message import Message
+from typing import IO, Any
+from urllib.parse import urlsplit
 
 from wdsx.core.errors import SourceError
 from wdsx.sources.base import Source, SourceOptions
 from wdsx.sources.retry import Response, ResumingSource, TransientError, content_range, empty_response
 
 _RETRY_STATUSES = frozenset((408, 425, 429))
+_ERROR_BODY_LIMIT = 4096
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where one request goes: the HTTP(S) URL and the headers that authorize it."""
+
+    url: str
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+ErrorReader = Callable[[int, Message, bytes], tuple[str | None, str | None]]
+"""The store's own error code and message, from an error reply's status, headers and body."""
+
+
+def no_store_code(status: int, headers: Message, body: bytes) -> tuple[str | None, str | None]:
+    """Plain HTTP servers have no error codes beyond the status."""
+    return None, None
+
+
+class _KeepCredentialsOnHost(urllib.request.HTTPRedirectHandler):
+    """Follows redirects, but sends ``Authorization`` only to the host it was meant for."""
+
+    def redirect_request(
+        self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str, headers: Message, newurl: str
+    ) -> urllib.request.Request | None:
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and urlsplit(newurl).netloc != urlsplit(req.full_url).netloc:
+            new.remove_header("Authorization")
+        return new
+
+
+@functools.cache
+def _opener() -> urllib.request.OpenerDirector:
+    return urllib.request.build_opener(_KeepCredentialsOnHost)
+
+
+def http_request(
+    url: str,
+    target: Target,
+    options: SourceOptions,
+    doing: str,
+    *,
+    method: str = "GET",
+    headers: dict[str, str] | None = None,
+    data: bytes | None = None,
+    read_error: ErrorReader = no_store_code,
+    passthrough: tuple[int, ...] = (416,),
+) -> http.client.HTTPResponse:
+    """Send one request; a reply with an error status raises what it means.
+
+    ``url`` is the one the user gave (named in errors); the request goes to ``target``. Network
+    failures, 5xx, 408, 425 and 429 raise :class:`TransientError`; other error statuses raise
+    :class:`SourceError` with the store's code. A status in ``passthrough`` is raised as the
+    ``HTTPError`` itself (a reply with headers and a body), for the caller to interpret.
+    """
+    request = urllib.request.Request(
+        target.url, data=data, headers={**target.headers, **(headers or {})}, method=method
+    )
+    try:
+        return _opener().open(request, timeout=options.timeout)
+    except urllib.error.HTTPError as exn:
+        if exn.code in passthrough:
+            raise
+        said = describe_error(exn, read_error)
+        if exn.code >= 500 or exn.code in _RETRY_STATUSES:
+            raise TransientError(said) from exn
+        raise SourceError(url, f"{doing}: {said}") from exn
+    except (OSError, http.client.HTTPException) as exn:
+        raise TransientError(f"{doing}: {getattr(exn, 'reason', None) or exn}") from exn
+
+
+def describe_error(exn: urllib.error.HTTPError, read_error: ErrorReader) -> str:
+    """``"CODE (HTTP 404): message"`` with the store's code, else ``"HTTP 404 Not Found"``."""
+    try:
+        body = exn.read(_ERROR_BODY_LIMIT) or b""
+    except (OSError, http.client.HTTPException):
+        body = b""
+    finally:
+        exn.close()
+    code, message = read_error(exn.code, exn.headers, body)
+    said = f"{code} (HTTP {exn.code})" if code else f"HTTP {exn.code} {exn.reason}"
+    return f"{said}: {message}" if message else said
 
 
 class _HTTPBody:
@@ -36,28 +132,32 @@ class _HTTPBody:
         self._reply.close()
 
 
-def open_http(url: str, offset: int, options: SourceOptions) -> Source:
-    """Stream an HTTP(S) URL from ``offset`` (a ``Range: bytes=offset-`` GET when > 0)."""
+def open_http(
+    url: str,
+    offset: int,
+    options: SourceOptions,
+    *,
+    locate: Callable[[], Target] | None = None,
+    read_error: ErrorReader = no_store_code,
+) -> Source:
+    """Stream ``url`` from ``offset`` (a ``Range: bytes=offset-`` GET when > 0).
+
+    ``locate`` gives each attempt's :class:`Target` (by default, ``url`` itself with no extra
+    headers); ``read_error`` reads the store's error code out of error replies.
+    """
+    where = locate or (lambda: Target(url))
 
     def connect(start: int) -> Response:
+        target = where()
         headers = {"Accept-Encoding": "identity"}
         if start:
             headers["Range"] = f"bytes={start}-"
         doing = f"GET from byte {start}"
         try:
-            reply = urllib.request.urlopen(
-                urllib.request.Request(url, headers=headers), timeout=options.timeout
-            )
+            reply = http_request(url, target, options, doing, headers=headers, read_error=read_error)
         except urllib.error.HTTPError as exn:
             exn.close()
-            if exn.code == 416:
-                return _past_end(url, start, exn.headers)
-            said = f"HTTP {exn.code} {exn.reason}"
-            if exn.code >= 500 or exn.code in _RETRY_STATUSES:
-                raise TransientError(said) from exn
-            raise SourceError(url, f"{doing}: {said}") from exn
-        except (OSError, http.client.HTTPException) as exn:
-            raise TransientError(f"{doing}: {getattr(exn, 'reason', None) or exn}") from exn
+            return _past_end(url, start, exn.headers, lambda: _size(url, where(), options, read_error))
         length = reply.headers.get("Content-Length")
         if reply.status == 206:
             first, total = content_range(reply.headers.get("Content-Range")) or (start, None)
@@ -68,11 +168,48 @@ def open_http(url: str, offset: int, options: SourceOptions) -> Source:
     return ResumingSource(url, offset, options, connect)
 
 
-def _past_end(url: str, start: int, headers: Message) -> Response:
-    """No bytes for an offset at the very end (a 416's ``Content-Range: bytes */SIZE``); else an error."""
-    match = re.fullmatch(r"bytes \*/(\d+)", headers.get("Content-Range", "").strip())
-    size = int(match.group(1)) if match else None
+def _size(url: str, target: Target, options: SourceOptions, read_error: ErrorReader) -> int | None:
+    """The resource's size from a HEAD request, when the server says it."""
+    reply = http_request(url, target, options, "HEAD", method="HEAD", read_error=read_error)
+    with reply:
+        length = reply.headers.get("Content-Length")
+    return int(length) if length else None
+
+
+def _past_end(url: str, start: int, headers: Message, size_of: Callable[[], int | None]) -> Response:
+    """No bytes for an offset at the very end; else an error naming the size.
+
+    The size comes from the 416's ``Content-Range: bytes */SIZE``, or from a HEAD request when
+    the server left that header out.
+    """
+    match = re.fullmatch(r"bytes \*/(\d+)", (headers.get("Content-Range") or "").strip())
+    size = int(match.group(1)) if match else size_of()
     if size != start:
         known = f" ({size} bytes)" if size is not None else ""
         raise SourceError(url, f"offset {start} is past the end of the resource{known}")
     return empty_response(start)
+
+
+def fetch_json(
+    url: str, target: Target, options: SourceOptions, doing: str, read_error: ErrorReader = no_store_code
+) -> tuple[Any, Message]:
+    """The decoded JSON body of a GET (an API call) and the reply's headers."""
+    reply = http_request(url, target, options, doing, read_error=read_error)
+    with reply:
+        try:
+            body = reply.read()
+        except (OSError, http.client.HTTPException) as exn:
+            raise TransientError(f"{doing}: {type(exn).__name__}: {exn}") from exn
+    try:
+        return json.loads(body), reply.headers
+    except ValueError as exn:
+        raise SourceError(url, f"{doing}: the reply is not JSON: {body[:200]!r}") from exn
+
+
+def json_error(body: bytes) -> dict[str, Any]:
+    """The decoded JSON object of an error body, or ``{}`` when it is not one."""
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

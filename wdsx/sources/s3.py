@@ -9,8 +9,6 @@ session) and ``config``, a dict of ``botocore.config.Config`` arguments in which
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -22,7 +20,10 @@ import urllib3.exceptions
 from botocore.config import Config
 
 from wdsx.core.errors import SourceError
-from wdsx.sources.base import Sink, Source, SourceOptions
+from wdsx.sources.base import Source, SourceOptions
+from wdsx.sources.buckets import object_of, split_bucket_url
+from wdsx.sources.clients import ClientCache
+from wdsx.sources.parts import PART_SIZE, PartedSink
 from wdsx.sources.retry import (
     Response,
     ResumingSource,
@@ -31,9 +32,6 @@ from wdsx.sources.retry import (
     content_range,
     empty_response,
 )
-
-PART_SIZE = 16 << 20
-"""Bytes per part of a multipart upload; a shard smaller than this is written with one PUT."""
 
 _TRANSIENT_CODES = frozenset(
     ("SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable", "Throttling", "ThrottlingException")
@@ -45,55 +43,18 @@ _NETWORK_ERRORS = (
     urllib3.exceptions.HTTPError,
     OSError,
 )
-_clients: dict[tuple[int, str], Any] = {}
-_clients_lock = threading.Lock()
-
-
-def _forget_clients_after_fork() -> None:
-    """A forked child makes its own clients; a lock held by a parent's thread would never open."""
-    global _clients_lock
-    _clients_lock = threading.Lock()
-    _clients.clear()
-
-
-os.register_at_fork(after_in_child=_forget_clients_after_fork)
-
-
-def split_s3_url(url: str) -> tuple[str, str]:
-    """``("bucket", "path/to/key")`` from ``s3://bucket/path/to/key``."""
-    bucket, _, key = url[len("s3://") :].partition("/")
-    if not bucket:
-        raise SourceError(url, "an s3:// URL needs a bucket name: s3://bucket/key")
-    return bucket, key
-
-
-def _object(url: str) -> tuple[str, str]:
-    """Bucket and key of a URL that must name one object."""
-    bucket, key = split_s3_url(url)
-    if not key:
-        raise SourceError(url, "an s3:// URL of a shard needs a key: s3://bucket/key")
-    return bucket, key
+_clients = ClientCache(("AWS_",))
 
 
 def s3_client(options: SourceOptions) -> Any:
-    """The boto3 S3 client for these options, created once per process.
+    """The boto3 S3 client for these options, created once per process (see :class:`ClientCache`)."""
 
-    Clients are keyed by process id so that DataLoader workers forked from a process that
-    already read from S3 open their own connections instead of sharing its sockets, and by the
-    ``AWS_*`` environment, which boto3 reads when it creates a client.
-    """
-    environment = sorted((name, value) for name, value in os.environ.items() if name.startswith("AWS_"))
-    key = (os.getpid(), repr((sorted(options.s3.items()), options.timeout, environment)))
-    with _clients_lock:
-        client = _clients.get(key)
-        if client is None:
-            kwargs = dict(options.s3)
-            session = boto3.session.Session(profile_name=kwargs.pop("profile_name", None))
-            client = session.client(
-                "s3", config=_client_config(options, kwargs.pop("config", None)), **kwargs
-            )
-            _clients[key] = client
-        return client
+    def make() -> Any:
+        kwargs = dict(options.s3)
+        session = boto3.session.Session(profile_name=kwargs.pop("profile_name", None))
+        return session.client("s3", config=_client_config(options, kwargs.pop("config", None)), **kwargs)
+
+    return _clients.get((sorted(options.s3.items()), options.timeout), make)
 
 
 def _client_config(options: SourceOptions, extra: dict[str, Any] | Config | None) -> Config:
@@ -164,7 +125,7 @@ class _S3Body:
 
 def open_s3(url: str, offset: int, options: SourceOptions) -> Source:
     """Stream ``s3://bucket/key`` from ``offset`` (a ``Range: bytes=offset-`` GET when > 0)."""
-    bucket, key = _object(url)
+    bucket, key = object_of(url)
     client = s3_client(options)
 
     def connect(start: int) -> Response:
@@ -192,7 +153,18 @@ def open_s3(url: str, offset: int, options: SourceOptions) -> Source:
     return ResumingSource(url, offset, options, connect)
 
 
-class S3Sink(Sink):
+def list_s3(prefix: str, options: SourceOptions) -> list[str]:
+    """Every ``s3://`` object URL starting with ``prefix``, page by page."""
+    bucket, key_prefix = split_bucket_url(prefix)
+    keys: list[str] = []
+    with s3_errors(prefix, f"ListObjectsV2 with prefix {key_prefix!r}"):
+        pages = s3_client(options).get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key_prefix)
+        for page in pages:
+            keys.extend(item["Key"] for item in page.get("Contents", ()))
+    return [f"s3://{bucket}/{key}" for key in keys]
+
+
+class S3Sink(PartedSink):
     """Uploads a shard in parts; the object appears only when :meth:`commit` completes the upload.
 
     A shard smaller than ``part_size`` is written with a single PutObject at commit.
@@ -200,15 +172,12 @@ class S3Sink(Sink):
     """
 
     def __init__(self, url: str, options: SourceOptions, part_size: int = PART_SIZE):
-        self.url = url
+        super().__init__(url, part_size)
         self.options = options
-        self.bucket, self.key = _object(url)
-        self.part_size = part_size
+        self.bucket, self.key = object_of(url)
         self._client = s3_client(options)
-        self._buffer = bytearray()
         self._upload_id: str | None = None
         self._parts: list[dict[str, Any]] = []
-        self._finished = False
 
     def _call(self, doing: str, method: str, **request: Any) -> dict[str, Any]:
         def attempt() -> dict[str, Any]:
@@ -216,15 +185,6 @@ class S3Sink(Sink):
                 return getattr(self._client, method)(Bucket=self.bucket, Key=self.key, **request)
 
         return call_with_retries(self.url, self.options, doing, attempt)
-
-    def write(self, data: bytes) -> int:
-        if self._finished:
-            raise ValueError(f"{self.url}: write after commit or abort")
-        self._buffer += data
-        while len(self._buffer) >= self.part_size:
-            self._upload_part(bytes(self._buffer[: self.part_size]))
-            del self._buffer[: self.part_size]
-        return len(data)
 
     def _upload_part(self, data: bytes) -> None:
         if self._upload_id is None:
@@ -235,31 +195,19 @@ class S3Sink(Sink):
         )
         self._parts.append({"PartNumber": number, "ETag": reply["ETag"]})
 
-    def commit(self) -> None:
-        if self._finished:
+    def _finish(self, rest: bytes) -> None:
+        if self._upload_id is None:
+            self._call("PutObject", "put_object", Body=rest)
             return
-        try:
-            if self._upload_id is None:
-                self._call("PutObject", "put_object", Body=bytes(self._buffer))
-            else:
-                if self._buffer:
-                    self._upload_part(bytes(self._buffer))
-                self._call(
-                    "CompleteMultipartUpload",
-                    "complete_multipart_upload",
-                    UploadId=self._upload_id,
-                    MultipartUpload={"Parts": self._parts},
-                )
-        except BaseException:
-            self.abort()
-            raise
-        self._finished = True
-        self._buffer = bytearray()
+        if rest:
+            self._upload_part(rest)
+        self._call(
+            "CompleteMultipartUpload",
+            "complete_multipart_upload",
+            UploadId=self._upload_id,
+            MultipartUpload={"Parts": self._parts},
+        )
 
-    def abort(self) -> None:
-        if self._finished:
-            return
-        self._finished = True
-        self._buffer = bytearray()
+    def _discard(self) -> None:
         if self._upload_id is not None:
             self._call("AbortMultipartUpload", "abort_multipart_upload", UploadId=self._upload_id)

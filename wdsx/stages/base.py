@@ -2,26 +2,41 @@
 
 A pipeline is a list of stages. Each epoch the pipeline creates a :class:`Run` and chains the
 stages: ``stage.apply(upstream, run, index)`` returns the stage's output iterator. Stages that
-keep nothing (map, decode, to_tuple...) are plain generators. The few that hold samples
-(the shard reader, shuffle buffers, batchers) register a state object with the run, whose
-``snapshot()`` describes what they hold in terms of sample *positions*; restoring re-reads
-those positions and replays the stages in between (:meth:`Stage.replay`).
+keep nothing (map, decode, to_tuple...) are plain generators. The few that keep something
+(the shard reader, shuffle buffers, batchers, counters) attach a typed state to the run
+(:meth:`Run.attach`), whose JSON form the checkpoint stores under the stage's stable key. A
+buffer's state is the *positions* of what it holds; restoring re-reads those samples and
+replays the stages in between (:meth:`Run.reread`).
 
-Position side channel: the stage that produces samples from shards sets ``run.position`` to
-the position of each sample as it yields it; a buffering stage reads ``run.position`` right
-after pulling an item, so items carry no extra fields and 1:1 stages need no bookkeeping.
+Position side channel: samples carry their :class:`~wdsx.state.position.Position` in the
+``__position__`` field, but later stages may drop fields or turn samples into tuples. So the
+stage that produces samples also sets ``run.position`` as it yields each one, and every stage
+that holds or reorders items keeps ``run.position`` pointing at the position(s) of the item it
+yields last: a buffering stage reads it right after pulling an item, and 1:1 stages need no
+bookkeeping.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
 
-from wdsx.core import topology as distributed
-from wdsx.state.checkpoint import PositionTable
+from wdsx.core import topology as topologies
+from wdsx.read.deal import EpochDeal
+from wdsx.state.checkpoint import JsonDict, PipelineState, StageState
+from wdsx.state.position import Position, PositionTable
 
-Position = tuple
-"""``(url, byte_offset, ordinal)``, with a fourth element ``True`` for padding samples."""
+S = TypeVar("S", bound=StageState)
+
+
+@dataclass(frozen=True)
+class RedealTarget:
+    """The topology a checkpoint is re-dealt from and to."""
+
+    old_world_size: int
+    readers: int
+    world_size: int
 
 
 class Run:
@@ -32,24 +47,42 @@ class Run:
         stages: list[Stage],
         epoch: int,
         seed: int,
-        topology: distributed.Topology,
-        restore: dict[int, Any] | None = None,
+        topology: topologies.Topology,
+        restore: PipelineState | None = None,
         table: PositionTable | None = None,
     ):
         self.stages = stages
+        self.keys = stage_keys(stages)
         self.epoch = epoch
         self.seed = seed
         self.topology = topology
-        self.restore = restore or {}
+        self.restore = restore
         self.table = table or PositionTable()
-        self.position: Position | list | None = None
-        self.states: dict[int, Any] = {}
+        self.position: Position | list[Position | None] | None = None
+        self.states: dict[str, StageState] = {}
         self.source_index = source_index(stages)
 
-    def register(self, index: int, state: Any) -> Any:
-        """Record a stage's state object; returns the saved state to restore from, if any."""
-        self.states[index] = state
-        return self.restore.get(index)
+    def attach(self, index: int, kind: type[S]) -> tuple[S, bool]:
+        """A fresh state of type ``kind`` for stage ``index``, or the one the checkpoint holds,
+        registered so that checkpoints include it. Returns ``(state, restored)``.
+
+        Stages before the sample source (shard-list shuffles and splitters) are replayed from
+        the start of the epoch on resume, so their states are neither saved nor restored."""
+        if self.before_source(index):
+            return kind(), False
+        key = self.keys[index]
+        saved = self.restore.stages.get(key) if self.restore is not None else None
+        state = kind() if saved is None else kind.from_json(saved, self.table)
+        self.states[key] = state
+        return state, saved is not None
+
+    def before_source(self, index: int) -> bool:
+        """True for a stage that works on the shard list, before the stage reading shards."""
+        return self.source_index is not None and index < self.source_index
+
+    def snapshot(self) -> dict[str, JsonDict]:
+        """Every attached stage state as JSON, by stage key."""
+        return {key: state.to_json(self.table) for key, state in self.states.items()}
 
     def reread(self, positions: list[Position], upto: int) -> list[Any]:
         """Re-create items that stage ``upto`` held: read the samples at ``positions`` again and
@@ -60,6 +93,19 @@ class Run:
             raise RuntimeError("no sample source in this pipeline to re-read positions from")
         samples = self.stages[self.source_index].read_positions(positions)
         return replay(samples, self.stages[self.source_index + 1 : upto])
+
+
+def stage_keys(stages: Sequence[Stage]) -> list[str]:
+    """Each stage's checkpoint key: its :attr:`Stage.state_key`, numbered from the second
+    stage of the same kind on (``"shuffle"``, ``"shuffle.2"``), so that adding or removing a
+    stage of another kind leaves the keys alone."""
+    seen: dict[str, int] = {}
+    keys = []
+    for stage in stages:
+        base = stage.state_key or type(stage).__name__.lower()
+        seen[base] = seen.get(base, 0) + 1
+        keys.append(base if seen[base] == 1 else f"{base}.{seen[base]}")
+    return keys
 
 
 def source_index(stages: Sequence[Stage]) -> int | None:
@@ -78,19 +124,82 @@ def replay(items: Iterable[Any], stages: Sequence[Stage]) -> list[Any]:
     return results
 
 
+def batch_hint(stages: Sequence[Stage], index: int) -> tuple[int, bool]:
+    """Batch size and partial flag of the first batching stage after stage ``index``, so that
+    dealt shares can give every reader the same number of batches."""
+    for stage in stages[index + 1 :]:
+        if stage.batch_hint is not None:
+            return stage.batch_hint
+        if stage.ends_batching:
+            break
+    return 1, True
+
+
 class Stage:
     """One step of a pipeline. Subclasses implement :meth:`apply`."""
 
-    produces_samples = False
+    produces_samples: ClassVar[bool] = False
     """True for the stage that reads shards into positioned samples (the reader/expander)."""
 
-    def apply(self, upstream: Iterator | None, run: Run, index: int) -> Iterator:
+    state_type: ClassVar[type[StageState] | None] = None
+    """The type of state this stage attaches to a run, if it keeps one."""
+
+    batch_hint: tuple[int, bool] | None = None
+    """(batch size, partial) for a stage that batches, so readers deal equal batch counts."""
+
+    ends_batching: ClassVar[bool] = False
+    """True for a stage after which batch sizes no longer say anything (unbatching)."""
+
+    state_key: ClassVar[str] = ""
+    """The stable name of this stage's state in checkpoints (see :func:`stage_keys`); empty
+    means the class name in lower case."""
+
+    def apply(self, upstream: Iterator, run: Run, index: int) -> Iterator:
+        """This stage's output for one epoch, given the previous stage's output (an empty
+        iterator for the first stage) and its own ``index`` in ``run.stages``."""
         raise NotImplementedError
 
     def replay(self, item: Any) -> Any:
         """Redo this stage's effect on one item (used to rebuild restored buffers). Stages that
         only reorder, hold or filter items return the item unchanged."""
         return item
+
+    def read_positions(self, positions: Sequence[Position]) -> list[Any]:
+        """The samples at ``positions``, read again (only the stage that produces samples)."""
+        raise NotImplementedError(f"{self.describe()} does not read samples")
+
+    def epoch_deal(self, stages: Sequence[Stage], index: int) -> EpochDeal | None:
+        """How this stage, as stage ``index`` of ``stages``, deals epochs to readers: None
+        unless it reads a fixed shard list (re-dealing a checkpoint needs one)."""
+        return None
+
+    def shard_urls(self) -> Sequence[str] | None:
+        """The shard URLs this stage reads samples from, when it reads a fixed list."""
+        return None
+
+    def redeal_states(
+        self,
+        states: Sequence[PipelineState],
+        leftovers: Sequence[Position],
+        stages: Sequence[Stage],
+        index: int,
+        readers: RedealTarget,
+    ) -> list[PipelineState] | None:
+        """This stage's own way of dealing the unread rest of an epoch, saved as ``states``
+        by the old readers, to ``readers`` new ones; None when the generic re-deal of a
+        stage with an :meth:`epoch_deal` applies."""
+        return None
+
+    def held_positions(self, saved: JsonDict | None, table: PositionTable) -> list[Position]:
+        """Positions of the samples a saved state of this stage holds, not yet passed on."""
+        if saved is None or self.state_type is None:
+            return []
+        return self.state_type.from_json(saved, table).held()
+
+    def upgrade_state(self, saved: JsonDict, table: PositionTable) -> JsonDict:
+        """This stage's state from a version-2 checkpoint, in today's form (most stages kept
+        theirs unchanged)."""
+        return saved
 
     def describe(self) -> str:
         """A short text identifying the stage and its parameters, for state fingerprints."""
@@ -100,21 +209,25 @@ class Stage:
         """Why a checkpoint cannot capture this stage exactly, or None when it can."""
         return None
 
-    def __call__(self, src: Iterator | None = None) -> Iterator:
-        """webdataset's curried-filter protocol: ``wds.map(f)(samples)`` on a plain iterator."""
-        run = Run([self], 0, 0, distributed.current())
-        return self.apply(iter(src) if src is not None else None, run, 0)
+    def __call__(self, src: Iterable | None = None) -> Iterator:
+        """webdataset's curried-filter protocol: ``wds.map(f)(samples)`` on a plain iterator
+        (without one, the stage runs as the first stage of a pipeline)."""
+        stages: list[Stage] = [self] if src is None else [IterableSource(src), self]
+        run = Run(stages, 0, 0, topologies.current())
+        upstream = iter(()) if src is None else iter(src)
+        return self.apply(upstream, run, len(stages) - 1)
 
 
 class CallableStage(Stage):
-    """A plain function of an iterator (or of nothing, for a source), as webdataset allows."""
+    """A plain function of an iterator, or of nothing when it is the first stage (a source),
+    as webdataset allows."""
 
     def __init__(self, fn: Callable, stateless: bool = False):
         self.fn = fn
         self.stateless = stateless or getattr(fn, "__wdsx_stateless__", False)
 
-    def apply(self, upstream: Iterator | None, run: Run, index: int) -> Iterator:
-        return iter(self.fn() if upstream is None else self.fn(upstream))
+    def apply(self, upstream: Iterator, run: Run, index: int) -> Iterator:
+        return iter(self.fn() if index == 0 else self.fn(upstream))
 
     def replay(self, item: Any) -> Any:
         outputs = list(self.fn(iter([item])))
@@ -140,7 +253,7 @@ class IterableSource(Stage):
     def __init__(self, iterable: Any):
         self.iterable = iterable
 
-    def apply(self, upstream: Iterator | None, run: Run, index: int) -> Iterator:
+    def apply(self, upstream: Iterator, run: Run, index: int) -> Iterator:
         return iter(self.iterable)
 
     def describe(self) -> str:
@@ -150,10 +263,13 @@ class IterableSource(Stage):
         return f"{self.describe()} is an opaque source; wdsx can only replay it from the start"
 
 
-def stateless(fn: Callable) -> Callable:
+F = TypeVar("F", bound=Callable)
+
+
+def stateless(fn: F) -> F:
     """Declare that a function of the stream neither buffers nor reorders items (1:1 or a
     filter), so wdsx can checkpoint a pipeline that contains it."""
-    fn.__wdsx_stateless__ = True
+    fn.__wdsx_stateless__ = True  # type: ignore[attr-defined]
     return fn
 
 

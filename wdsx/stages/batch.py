@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from wdsx.stages.base import Run, Stage
-from wdsx.stages.buffer import Buffer
+from wdsx.stages.buffer import Buffer, attach_buffer
 
 
 def _is_tensor(value: Any) -> bool:
@@ -78,6 +78,9 @@ def collate_torch(samples: Sequence[Any]) -> Any:
 class Batched(Stage):
     """Group ``batchsize`` consecutive items and collate them (None: emit plain lists)."""
 
+    state_key = "batched"
+    state_type = Buffer
+
     def __init__(
         self, batchsize: int, collation_fn: Callable | None = default_collation_fn, partial: bool = True
     ):
@@ -86,11 +89,7 @@ class Batched(Stage):
         self.batchsize = batchsize
         self.collation_fn = collation_fn
         self.partial = partial
-
-    @property
-    def batch_hint(self) -> tuple[int, bool]:
-        """(batch size, partial), read by the reader to deal equal numbers of batches."""
-        return self.batchsize, self.partial
+        self.batch_hint = (batchsize, partial)
 
     def describe(self) -> str:
         return f"batched({self.batchsize}, partial={self.partial})"
@@ -101,8 +100,8 @@ class Batched(Stage):
     def replay(self, item: Any) -> Any:
         return self._collate([item])
 
-    def apply(self, upstream: Iterator | None, run: Run, index: int) -> Iterator:
-        buffer = Buffer.attach(run, index)
+    def apply(self, upstream: Iterator, run: Run, index: int) -> Iterator:
+        buffer = attach_buffer(run, index)
         batchsize = self.batchsize
         for item in upstream:
             buffer.items.append(item)
@@ -147,6 +146,8 @@ class Unbatched(Stage):
     """Split batches back into items (``rows``: how a batch splits)."""
 
     ends_batching = True
+    state_key = "unbatched"
+    state_type = Buffer
 
     def __init__(self, rows: Callable[[Any], list] = _rows, label: str = "unbatched"):
         self.rows = rows
@@ -158,9 +159,9 @@ class Unbatched(Stage):
     def replay(self, item: Any) -> Any:
         return self.rows(item)[0]
 
-    def apply(self, upstream: Iterator | None, run: Run, index: int) -> Iterator:
+    def apply(self, upstream: Iterator, run: Run, index: int) -> Iterator:
         # The rows still to emit are held last-first, so that emitting one is a pop().
-        buffer = Buffer.attach(run, index, self.replay)
+        buffer = attach_buffer(run, index, self.replay)
         while buffer.items:
             item, run.position = buffer.items.pop(), buffer.positions.pop()
             yield item

@@ -1,4 +1,4 @@
-"""The state of a stage that holds items: the items, where they came from, and draw counts.
+"""The state of a stage that holds items: the items, where they came from, and a draw count.
 
 Checkpoints store only the positions; restoring re-reads those samples and replays the stages
 between the reader and the buffer, so the buffer comes back with the same items in the same
@@ -11,6 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from wdsx.stages.base import Run
+from wdsx.state.checkpoint import JsonDict
+from wdsx.state.position import Position, PositionTable
 
 
 class Buffer:
@@ -18,24 +20,27 @@ class Buffer:
 
     __slots__ = ("items", "positions", "draws")
 
-    def __init__(self) -> None:
+    def __init__(self, positions: list[Any] | None = None, draws: int = 0) -> None:
         self.items: list[Any] = []
-        self.positions: list[Any] = []
-        self.draws = 0
+        self.positions: list[Any] = positions if positions is not None else []
+        self.draws = draws
 
-    def snapshot(self, table: Any) -> dict:
+    def to_json(self, table: PositionTable) -> JsonDict:
         return {"positions": table.encode(self.positions), "draws": self.draws}
 
     @classmethod
-    def attach(cls, run: Run, index: int, rebuild: Callable[[Any], Any] | None = None) -> Buffer:
-        """A buffer registered with ``run``, refilled from the run's checkpoint if it has one.
-        ``rebuild`` turns a replayed item into what the stage held (e.g. one row of a batch)."""
-        buffer = cls()
-        saved = run.register(index, buffer)
-        if saved is not None:
-            buffer.positions = run.table.decode(saved["positions"])
-            buffer.items = run.reread(buffer.positions, index)
-            if rebuild is not None:
-                buffer.items = [rebuild(item) for item in buffer.items]
-            buffer.draws = saved["draws"]
-        return buffer
+    def from_json(cls, data: JsonDict, table: PositionTable) -> Buffer:
+        return cls(table.decode(data["positions"]), int(data["draws"]))
+
+    def held(self) -> list[Position]:
+        return list(self.positions)
+
+
+def attach_buffer(run: Run, index: int, rebuild: Callable[[Any], Any] | None = None) -> Buffer:
+    """Stage ``index``'s buffer in ``run``, refilled from the checkpoint if it has one.
+    ``rebuild`` turns a replayed item into what the stage held (e.g. one row of a batch)."""
+    buffer, restored = run.attach(index, Buffer)
+    if restored:
+        items = run.reread(buffer.positions, index)
+        buffer.items = [rebuild(item) for item in items] if rebuild is not None else items
+    return buffer

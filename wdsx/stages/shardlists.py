@@ -112,11 +112,10 @@ class SimpleShardList(Stage):
         return f"shardlist(n={len(self.urls)}, hash={digest:016x}, seed={self.seed})"
 
     def _items(self, epoch: int) -> Iterator[dict[str, str]]:
-        shuffled = self.seed is not None
-        order = epoch_order(len(self.urls), self.seed if shuffled else 0, epoch, shuffled)
+        order = epoch_order(len(self.urls), self.seed or 0, epoch, self.seed is not None)
         return ({"url": self.urls[i]} for i in order)
 
-    def apply(self, upstream: Iterator | None, run: Run, index: int) -> Iterator:
+    def apply(self, upstream: Iterator, run: Run, index: int) -> Iterator:
         return self._items(run.epoch)
 
     def __iter__(self) -> Iterator[dict[str, str]]:
@@ -155,7 +154,7 @@ class ResampledShards(Stage):
         for draw in range(self.nshards):
             yield {"url": self.urls[rng.below(stream, draw, len(self.urls))]}
 
-    def apply(self, upstream: Iterator | None, run: Run, index: int) -> Iterator:
+    def apply(self, upstream: Iterator, run: Run, index: int) -> Iterator:
         return self._items(run.epoch, run.topology.consumer)
 
     def __iter__(self) -> Iterator[dict[str, str]]:

@@ -13,11 +13,14 @@ from collections.abc import Iterator
 
 from wdsx.core import rng
 from wdsx.stages.base import Run, Stage
-from wdsx.stages.buffer import Buffer
+from wdsx.stages.buffer import Buffer, attach_buffer
 
 
 class Shuffle(Stage):
     """Shuffle through a buffer of ``bufsize`` items, emitting once ``initial`` are held."""
+
+    state_key = "shuffle"
+    state_type = Buffer
 
     def __init__(
         self,
@@ -39,10 +42,13 @@ class Shuffle(Stage):
             return "shuffle(rng=...) draws from a random.Random wdsx cannot checkpoint; pass seed= instead"
         return None
 
-    def apply(self, upstream: Iterator | None, run: Run, index: int) -> Iterator:
-        buffer = Buffer.attach(run, index)
+    def apply(self, upstream: Iterator, run: Run, index: int) -> Iterator:
+        buffer = attach_buffer(run, index)
         base = run.seed if self.seed is None else self.seed
-        seed = rng.derive_seed("shuffle", base, run.epoch, run.topology.consumer, index)
+        # A shuffle of the shard list (before the reader) must give every rank and worker the
+        # same order, or splitting it by rank or worker would read some shards twice.
+        reader = 0 if run.before_source(index) else run.topology.consumer
+        seed = rng.derive_seed("shuffle", base, run.epoch, reader, index)
         return self._shuffle(upstream, run, buffer, seed)
 
     def _pick(self, buffer: Buffer, seed: int) -> tuple:

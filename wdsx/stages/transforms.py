@@ -19,6 +19,8 @@ from wdsx.codecs.decode import Decoder, ImageHandler
 from wdsx.core import rng
 from wdsx.core.errors import Handler, reraise_exception
 from wdsx.stages.base import Run, Stage
+from wdsx.state.checkpoint import JsonDict
+from wdsx.state.position import Position, PositionTable
 
 
 def _name(f: Any) -> str:
@@ -39,7 +41,7 @@ class Transform(Stage):
         self.label = label
         self.handler = handler
 
-    def apply(self, upstream: Iterator | None, run: Run, index: int) -> Iterator:
+    def apply(self, upstream: Iterator, run: Run, index: int) -> Iterator:
         fn, handler = self.fn, self.handler
         for sample in upstream:
             try:
@@ -215,21 +217,24 @@ def extract_keys(*patterns: str, duplicate_is_error: bool = True, ignore_missing
     return Transform(extract, f"extract_keys({', '.join(patterns)})")
 
 
-def _decode_text(stream: Any) -> str:
+def decode_text(stream: Any) -> str:
+    """xdecode's reader for text fields: the stream's bytes as UTF-8."""
     return stream.read().decode("utf-8")
 
 
-def _decode_bytes(stream: Any) -> bytes:
+def decode_bin(stream: Any) -> bytes:
+    """xdecode's reader for binary fields: the stream's bytes."""
     return stream.read()
 
 
-def _decode_pickle(stream: Any) -> Any:
+def decode_pickle(stream: Any) -> Any:
+    """xdecode's reader for pickled fields."""
     import pickle
 
     return pickle.load(stream)
 
 
-default_decoders = [("*.bin", _decode_bytes), ("*.txt", _decode_text), ("*.pyd", _decode_pickle)]
+default_decoders = [("*.bin", decode_bin), ("*.txt", decode_text), ("*.pyd", decode_pickle)]
 
 
 def xdecode(
@@ -289,7 +294,7 @@ class Select(Stage):
     def __init__(self, predicate: Callable[[Any], bool]):
         self.predicate = predicate
 
-    def apply(self, upstream: Iterator | None, run: Run, index: int) -> Iterator:
+    def apply(self, upstream: Iterator, run: Run, index: int) -> Iterator:
         predicate = self.predicate
         return (item for item in upstream if predicate(item))
 
@@ -310,28 +315,29 @@ class _Counter:
     def __init__(self, count: int = 0):
         self.count = count
 
-    def snapshot(self, table: Any) -> dict:
+    def to_json(self, table: PositionTable) -> JsonDict:
         return {"count": self.count}
 
     @classmethod
-    def attach(cls, run: Run, index: int) -> _Counter:
-        """A counter registered with ``run``, restored from its checkpoint if it has one."""
-        counter = cls()
-        saved = run.register(index, counter)
-        if saved is not None:
-            counter.count = saved["count"]
-        return counter
+    def from_json(cls, data: JsonDict, table: PositionTable) -> _Counter:
+        return cls(int(data["count"]))
+
+    def held(self) -> list[Position]:
+        return []
 
 
 class Slice(Stage):
     """``itertools.islice`` over the stream, with the count kept in checkpoints."""
 
+    state_key = "slice"
+    state_type = _Counter
+
     def __init__(self, *args: int | None):
         bounds = builtins.slice(*args)
         self.start, self.stop, self.step = bounds.start or 0, bounds.stop, bounds.step or 1
 
-    def apply(self, upstream: Iterator | None, run: Run, index: int) -> Iterator:
-        return self._slice(upstream, _Counter.attach(run, index))
+    def apply(self, upstream: Iterator, run: Run, index: int) -> Iterator:
+        return self._slice(upstream, run.attach(index, _Counter)[0])
 
     def _slice(self, upstream: Iterator, counter: _Counter) -> Iterator:
         start, stop, step = self.start, self.stop, self.step
@@ -357,13 +363,16 @@ def slice(*args: int | None) -> Slice:  # noqa: A001
 class RandomSample(Stage):
     """Keep each item with probability ``p``, from a seeded, checkpointed random stream."""
 
+    state_key = "rsample"
+    state_type = _Counter
+
     def __init__(self, p: float = 0.5):
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"rsample probability must be in [0, 1], got {p}")
         self.p = p
 
-    def apply(self, upstream: Iterator | None, run: Run, index: int) -> Iterator:
-        counter = _Counter.attach(run, index)
+    def apply(self, upstream: Iterator, run: Run, index: int) -> Iterator:
+        counter, _ = run.attach(index, _Counter)
         seed = rng.derive_seed("rsample", run.seed, run.epoch, run.topology.consumer, index)
         threshold = int(self.p * 2**64)
         for item in upstream:
@@ -387,7 +396,7 @@ class LogKeys(Stage):
     def __init__(self, logfile: str | None = None):
         self.logfile = logfile
 
-    def apply(self, upstream: Iterator | None, run: Run, index: int) -> Iterator:
+    def apply(self, upstream: Iterator, run: Run, index: int) -> Iterator:
         if not self.logfile:
             yield from upstream
             return
@@ -419,7 +428,7 @@ class Info(Stage):
     ):
         self.fmt, self.n, self.every, self.width, self.stream, self.name = fmt, n, every, width, stream, name
 
-    def apply(self, upstream: Iterator | None, run: Run, index: int) -> Iterator:
+    def apply(self, upstream: Iterator, run: Run, index: int) -> Iterator:
         stream = self.stream or sys.stderr
         for number, item in enumerate(upstream):
             if number < self.n or (self.every > 0 and (number + 1) % self.every == 0):

@@ -1,123 +1,141 @@
-"""The checkpoint format: small, JSON-serialisable, versioned, and checked on restore.
+"""The checkpoint envelope: one reader's pipeline state, its JSON form, and its versions.
 
-A pipeline state holds the epoch, the seed, the reader's cursor (shard, byte offset, ordinal of
-the next sample) and, for every stage that buffers samples, the positions of what it holds.
-A buffer's positions are written against one URL table per state as a short ASCII string
-(:func:`pack_positions`), so a shuffle buffer of 1000 samples costs a few kilobytes.
-A fingerprint of the shard list and the stages makes a mismatched restore fail loudly.
+A :class:`PipelineState` holds what every stage needs in common (seed, epoch, which reader
+of how many, a fingerprint of the stages) and, keyed by each stateful stage's stable name
+(``"reader"``, ``"shuffle"``, ``"shuffle.2"``...), that stage's own state as JSON. Only the
+stage that wrote a state parses it: each stage's state type implements :class:`StageState`.
+Sample positions inside stage states are written against the envelope's URL table.
+
+Version history: 2 keyed stage states by their index in the pipeline and held re-dealt
+leftovers as ``[shard index, offset, ordinal]``; 3 keys them by name and holds positions
+everywhere. Version-2 checkpoints still load: the pipeline upgrades them (it knows which
+stage each index was).
 """
 
 from __future__ import annotations
 
-import base64
-import itertools
-import zlib
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
 
-import numpy as np
-
-from wdsx.core.errors import NotResumableError, StateError
+from wdsx.core.errors import StateError
+from wdsx.state.position import Position, PositionTable
 
 FORMAT = "wdsx-state"
-LOADER_FORMAT = "wdsx-loader-state"
-VERSION = 2
+VERSION = 3
+OLDEST_VERSION = 2
+
+JsonDict = dict[str, Any]
+Upgrade = Callable[[JsonDict], JsonDict]
+
+S = TypeVar("S", bound="StageState")
 
 
-class PositionTable:
-    """Encodes sample positions against a shared URL list."""
+class StageState(Protocol):
+    """The typed state of one stateful stage. A fresh state comes from the no-argument
+    constructor; :meth:`to_json` and :meth:`from_json` are its only (de)serialisation."""
 
-    def __init__(self, urls: Iterable[str] = ()):
-        self.urls: list[str] = list(urls)
-        self._index = {url: i for i, url in enumerate(self.urls)}
+    def to_json(self, table: PositionTable) -> JsonDict:
+        """The state as JSON, positions written against ``table``."""
+        ...
 
-    def encode(self, positions: Iterable[tuple]) -> str:
-        rows = []
-        for position in positions:
-            if not isinstance(position, tuple):
-                raise NotResumableError(
-                    "a stage holds items without a single sample position (whole batches, or items "
-                    "from an opaque source); checkpoint before batching, or unbatch first"
-                )
-            url = position[0]
-            index = self._index.get(url)
-            if index is None:
-                index = self._index[url] = len(self.urls)
-                self.urls.append(url)
-            rows.append((index, position[1], position[2], 1 if len(position) > 3 and position[3] else 0))
-        return pack_positions(rows)
+    @classmethod
+    def from_json(cls: type[S], data: JsonDict, table: PositionTable) -> S:
+        """The state :meth:`to_json` wrote."""
+        ...
 
-    def decode(self, packed: str) -> list[tuple]:
-        positions = []
-        for index, offset, ordinal, pad in unpack_positions(packed):
-            url = self.urls[index]
-            positions.append((url, offset, ordinal, True) if pad else (url, offset, ordinal))
-        return positions
+    def held(self) -> list[Position]:
+        """Positions of samples this stage has read but not yet passed on (for re-dealing)."""
+        ...
 
 
-_WIDTHS = (np.int8, np.int16, np.int32, np.int64)
+@dataclass
+class PipelineState:
+    """One reading stream's checkpoint of one pipeline."""
+
+    fingerprint: list[str]
+    seed: int
+    consumer: int
+    consumers: int
+    epoch: int
+    stages: dict[str, JsonDict] = field(default_factory=dict)
+    urls: list[str] = field(default_factory=list)
+    nominal: int = 0
+    """Items already taken from the current ``with_epoch(n)`` pass."""
+    passes: int = 0
+    """Passes of ``repeat(n)`` still to run, the current one included."""
+    finished: bool = False
+    """This reader's share of the epoch is exhausted (set by WebLoader workers)."""
+
+    def table(self) -> PositionTable:
+        """The URL table stage states wrote their positions against."""
+        return PositionTable(self.urls)
+
+    def to_json(self) -> JsonDict:
+        data: JsonDict = {
+            "format": FORMAT,
+            "version": VERSION,
+            "fingerprint": {"stages": list(self.fingerprint)},
+            "seed": self.seed,
+            "topology": [self.consumer, self.consumers],
+            "epoch": self.epoch,
+            "stages": dict(self.stages),
+            "nominal": self.nominal,
+            "passes": self.passes,
+            "urls": list(self.urls),
+        }
+        if self.finished:
+            data["finished"] = True
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any, upgrade: Upgrade | None = None) -> PipelineState:
+        """Parse a checkpoint; an older version goes through ``upgrade`` first."""
+        version = check_format(data, FORMAT)
+        if version < VERSION:
+            if upgrade is None:
+                raise StateError(f"{FORMAT} version {version} needs the pipeline it came from to upgrade")
+            data = upgrade(data)
+        try:
+            consumer, consumers = data["topology"]
+            return cls(
+                fingerprint=list(data["fingerprint"]["stages"]),
+                seed=int(data["seed"]),
+                consumer=int(consumer),
+                consumers=int(consumers),
+                epoch=int(data["epoch"]),
+                stages=dict(data.get("stages", {})),
+                urls=list(data.get("urls", [])),
+                nominal=int(data.get("nominal", 0)),
+                passes=int(data.get("passes") or 0),
+                finished=bool(data.get("finished", False)),
+            )
+        except (KeyError, TypeError, ValueError) as error:
+            raise StateError(f"malformed {FORMAT} checkpoint: {error!r}") from error
 
 
-def _narrowest(column: np.ndarray) -> type:
-    low, high = (int(column.min()), int(column.max())) if len(column) else (0, 0)
-    return next(t for t in _WIDTHS if np.iinfo(t).min <= low and high <= np.iinfo(t).max)
-
-
-def pack_positions(rows: list[tuple[int, int, int, int]]) -> str:
-    """Rows of ``(url index, offset, ordinal, pad)`` as a compact JSON-safe string.
-
-    Buffered samples come from a few shards in random order, so the rows are sorted (which
-    makes neighbouring offsets and ordinals differ by about one sample), stored as differences,
-    column by column in the narrowest integer type, with each row's rank in the sorted order,
-    and compressed: about 5 bytes per sample instead of about 20 as JSON lists.
-    """
-    table = np.fromiter(itertools.chain.from_iterable(rows), np.int64, 4 * len(rows)).reshape(-1, 4)
-    order = np.lexsort((table[:, 1], table[:, 2], table[:, 0]))
-    ranks = np.empty(len(order), dtype=np.int64)
-    ranks[order] = np.arange(len(order))
-    deltas = np.diff(table[order], axis=0, prepend=np.zeros((1, 4), dtype=np.int64))
-    columns = [*deltas.T, ranks]
-    types = [np.dtype(_narrowest(column)).newbyteorder("<") for column in columns]
-    data = b"".join(column.astype(kind).tobytes() for column, kind in zip(columns, types))
-    widths = "".join(str(kind.itemsize) for kind in types)
-    return f"{len(table)}:{widths}:{base64.b64encode(zlib.compress(data, 1)).decode('ascii')}"
-
-
-def unpack_positions(packed: str) -> list[tuple[int, int, int, int]]:
-    """The rows :func:`pack_positions` was given, in their order."""
-    try:
-        count_text, widths, encoded = packed.split(":")
-        count = int(count_text)
-        data = zlib.decompress(base64.b64decode(encoded))
-        columns, start = [], 0
-        for width in widths:
-            kind = np.dtype(f"<i{width}")
-            columns.append(np.frombuffer(data, kind, count, start).astype(np.int64))
-            start += count * kind.itemsize
-        table = np.cumsum(np.stack(columns[:4], axis=1), axis=0)[columns[4]]
-    except (ValueError, TypeError, IndexError, zlib.error) as error:
-        raise StateError(f"corrupt buffer positions in checkpoint: {error}") from error
-    return [tuple(row) for row in table.tolist()]
-
-
-def check_format(state: Any, expected: str = FORMAT) -> None:
-    """Raise :class:`StateError` unless ``state`` is a wdsx state of a version we read."""
-    if not isinstance(state, dict) or state.get("format") != expected:
-        found = state.get("format") if isinstance(state, dict) else type(state).__name__
+def check_format(data: Any, expected: str) -> int:
+    """The version of a checkpoint in format ``expected``; :class:`StateError` unless it is
+    one this wdsx reads."""
+    if not isinstance(data, dict) or data.get("format") != expected:
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
         raise StateError(f"not a {expected} checkpoint (found {found!r})")
-    if state.get("version") != VERSION:
+    version = data.get("version")
+    if not isinstance(version, int) or not OLDEST_VERSION <= version <= VERSION:
         raise StateError(
-            f"{expected} version {state.get('version')} cannot be read by this wdsx (reads {VERSION})"
+            f"{expected} version {version} cannot be read by this wdsx "
+            f"(reads versions {OLDEST_VERSION} to {VERSION})"
         )
+    return version
 
 
-def fingerprint_differences(saved: dict, current: dict) -> list[str]:
-    """Human-readable differences between two pipeline fingerprints."""
-    problems = []
-    old, new = saved.get("stages", []), current.get("stages", [])
-    for i, (a, b) in enumerate(zip(old, new)):
-        if a != b:
-            problems.append(f"stage {i} differs: checkpoint has {a}, pipeline has {b}")
-    if len(old) != len(new):
-        problems.append(f"checkpoint has {len(old)} stages, pipeline has {len(new)}")
+def fingerprint_differences(saved: list[str], current: list[str]) -> list[str]:
+    """Human-readable differences between two pipelines' stage descriptions."""
+    problems = [
+        f"stage {i} differs: checkpoint has {a}, pipeline has {b}"
+        for i, (a, b) in enumerate(zip(saved, current))
+        if a != b
+    ]
+    if len(saved) != len(current):
+        problems.append(f"checkpoint has {len(saved)} stages, pipeline has {len(current)}")
     return problems

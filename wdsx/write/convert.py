@@ -1,12 +1,14 @@
-"""Image folder -> WebDataset shards (``wdsx convert``), reproducible, resumable and parallel.
+"""Image folder -> WebDataset shards, reproducible, resumable and parallel (the library behind
+``wdsx convert``, see :mod:`wdsx.commands.convert`).
 
 The source is an ImageFolder tree: one sub-folder per class, images anywhere below it. The
 whole output is decided before any image is read: the sorted file list (optionally shuffled
 with a seed) is cut into shards by webdataset's ``ShardWriter`` rule applied to the files'
 sizes. Each shard is then an independent job, so
 
-- any number of worker processes, and any ``RANK``/``WORLD_SIZE`` split across machines
-  (shard ``i`` belongs to rank ``i % world_size``), writes byte-identical shards;
+- any number of worker processes, and any split across the ranks of a job (shard ``i``
+  belongs to rank ``i % world_size``; the rank comes from torch.distributed or the launcher,
+  see :func:`wdsx.core.topology.rank_and_world`), writes byte-identical shards;
 - a re-run skips shards already complete: shards are written atomically, and each is followed
   by a small hidden record (``.<shard>.json``: the plan's fingerprint, its manifest entry, the
   images it skipped), so "record present and shard size matches" means done;
@@ -18,7 +20,6 @@ Samples are ``{"__key__": "<class>/<stem>", "<ext>": original bytes, "cls": clas
 
 from __future__ import annotations
 
-import argparse
 import glob
 import hashlib
 import io
@@ -29,17 +30,20 @@ import posixpath
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PIL import Image, ImageOps
 
-from wdsx.core import rng
+from wdsx.core import rng, topology
 from wdsx.core.errors import WdsxError
 from wdsx.read.manifest import Manifest, ShardEntry, manifest_url_for_pattern, natural_key, read_if_present
 from wdsx.sources import SourceOptions, local_path, open_sink
 from wdsx.write.writer import TarWriter, shard_is_full
+
+if TYPE_CHECKING:
+    from multiprocessing.sharedctypes import Synchronized
 
 IMAGE_EXTENSIONS = frozenset("jpg jpeg jpe png webp bmp gif tif tiff ppm pgm pbm".split())
 """File extensions (any case) taken as images."""
@@ -230,16 +234,6 @@ def fingerprint(
     return digest.hexdigest()
 
 
-def rank_and_world_size(environ: Mapping[str, str] | None = None) -> tuple[int, int]:
-    """This process's rank and the number of ranks: ``RANK``/``WORLD_SIZE`` (torchrun), else
-    ``SLURM_PROCID``/``SLURM_NTASKS``, else 0 of 1."""
-    environ = os.environ if environ is None else environ
-    for rank_var, size_var in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
-        if size_var in environ:
-            return int(environ.get(rank_var, "0")), int(environ[size_var])
-    return 0, 1
-
-
 # --- one shard ----------------------------------------------------------------------------------
 
 
@@ -297,17 +291,18 @@ def prepare_image(data: bytes, image_file: ImageFile, settings: ConvertSettings)
         check_image(data, settings.verify)
         return image_file.field, data
     with Image.open(io.BytesIO(data)) as image:
-        shrink = settings.resize is not None and min(image.size) > settings.resize
-        if settings.reencode is None and not shrink:
+        too_large = settings.resize is not None and min(image.size) > settings.resize
+        shorter = settings.resize if too_large else None
+        if settings.reencode is None and shorter is None:
             check_image(data, settings.verify)
             return image_file.field, data
         field_name = settings.reencode or _FORMAT_FIELD.get(image.format or "", "png")
-        if shrink and image.format == "JPEG":
-            image.draft(image.mode, _scaled(*image.size, settings.resize))
+        if shorter is not None and image.format == "JPEG":
+            image.draft(image.mode, _scaled(*image.size, shorter))
         image.load()
         upright = ImageOps.exif_transpose(image)
-        if shrink:
-            upright = upright.resize(_scaled(*upright.size, settings.resize), Image.Resampling.LANCZOS)
+        if shorter is not None:
+            upright = upright.resize(_scaled(*upright.size, shorter), Image.Resampling.LANCZOS)
         return field_name, _encode(upright, field_name, settings.quality)
 
 
@@ -413,8 +408,9 @@ class _Records:
         sees them all. Two finishing at once write the same bytes; one may find the records
         already merged and removed by the other, and then finds the manifest instead.
         """
-        records = [self.get(number) for number in range(len(self.urls))]
-        if any(record is None for record in records):
+        found = [self.get(number) for number in range(len(self.urls))]
+        records = [record for record in found if record is not None]
+        if len(records) < len(found):
             return bool(_manifest_records(self.manifest_url, self.plan_id, self.options))
         shards = [ShardEntry(**record["shard"]) for record in records]
         skipped = {
@@ -445,17 +441,22 @@ def _progress_bar(total: int, enabled: bool) -> Any:
     return tqdm(total=total, unit="img", file=sys.stderr, dynamic_ncols=True, smoothing=0.05)
 
 
-_worker_counter = None
+_worker_counter: Synchronized[int] | None = None
+"""In a pool worker: the images done by all workers, shared with the parent's progress bar."""
 
 
-def _init_worker(counter: object) -> None:
+def _init_worker(counter: Synchronized[int]) -> None:
+    """Pool initializer: keep the shared counter (it can only reach workers as they start)."""
     global _worker_counter
     _worker_counter = counter
 
 
 def _count_in_worker(n: int) -> None:
-    with _worker_counter.get_lock():  # type: ignore[union-attr]
-        _worker_counter.value += n  # type: ignore[union-attr]
+    """Progress callback of shards written in a pool worker: add ``n`` images to the count."""
+    counter = _worker_counter
+    assert counter is not None, "only pool workers, set up by _init_worker, count"
+    with counter.get_lock():
+        counter.value += n
 
 
 def _job_in_worker(job: ShardJob) -> dict:
@@ -469,7 +470,7 @@ def _run_jobs(jobs: list[ShardJob], workers: int, bar: Any) -> list[dict]:
         return [write_shard(job, update) for job in jobs]
     context = multiprocessing.get_context()
     counter = context.Value("q", 0)
-    records = []
+    records: list[dict] = []
     with context.Pool(min(workers, len(jobs)), _init_worker, (counter,)) as pool:
         results = pool.imap_unordered(_job_in_worker, jobs)
         shown = 0
@@ -498,13 +499,15 @@ def convert(
 ) -> ConvertReport:
     """Convert the image folder ``src`` into shards at ``dest`` (a pattern or a prefix).
 
-    ``rank``/``world_size`` default to the environment (see :func:`rank_and_world_size`).
+    ``rank``/``world_size`` default to this process's place in the job: torch.distributed's
+    when it is initialised, else the launcher's (torchrun, SLURM, Open MPI or MPICH variables;
+    see :func:`wdsx.core.topology.rank_and_world`), else 0 of 1.
     ``strict`` raises :class:`ConvertError` at the first unreadable image instead of skipping it.
     """
     started = time.perf_counter()
     settings = settings or ConvertSettings()
     if rank is None or world_size is None:
-        rank, world_size = rank_and_world_size()
+        rank, world_size = topology.rank_and_world()
     if not 0 <= rank < world_size:
         raise ConvertError(f"rank {rank} is not in 0..{world_size - 1}")
     src = os.path.abspath(src)
@@ -544,90 +547,3 @@ def convert(
         report.manifest_url = records.manifest_url
     report.seconds = time.perf_counter() - started
     return report
-
-
-# --- the command line -------------------------------------------------------------------------
-
-
-def parse_size(text: str) -> float:
-    """Bytes from ``"1e9"``, ``"500MB"``, ``"1.5GiB"``, ``"64k"``..."""
-    units = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
-    units |= {"ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
-    lowered = text.strip().lower().removesuffix("b")
-    number = lowered.rstrip("kmgti")
-    unit = lowered[len(number) :]
-    if unit not in units:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r}")
-    try:
-        return float(number) * units[unit]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r}") from None
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Register ``wdsx convert``."""
-    defaults = ConvertSettings()
-    parser = subparsers.add_parser(
-        "convert",
-        help="convert an image folder (one sub-folder per class) into shards",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        description="Convert an ImageFolder-style tree into WebDataset shards plus a manifest "
-        "(<stem>.manifest.json: sample counts, sizes, SHA-256, class names). Samples are "
-        "{<class>/<stem>: original image bytes, cls: class index}. The output is byte-identical "
-        "for any --workers; RANK/WORLD_SIZE (or SLURM_PROCID/SLURM_NTASKS) split the shards "
-        "across machines, and the last rank to finish writes the manifest. A re-run skips "
-        "the shards already complete.",
-    )
-    parser.add_argument("src", help="image folder: one sub-folder per class")
-    parser.add_argument(
-        "dest", help="shard pattern (out/train-%%06d.tar) or prefix (out/train), local or s3://"
-    )
-    parser.add_argument("--maxcount", type=int, default=defaults.maxcount, help="samples per shard at most")
-    parser.add_argument(
-        "--maxsize",
-        type=parse_size,
-        default=defaults.maxsize,
-        help="payload bytes per shard: 1e9, 500MB, 1GiB",
-    )
-    parser.add_argument("--shuffle", action="store_true", help="shuffle the sample order (seeded)")
-    parser.add_argument("--seed", type=int, default=defaults.seed, help="seed for --shuffle")
-    parser.add_argument("--reencode", choices=sorted(REENCODE_FORMATS), help="re-encode every image")
-    parser.add_argument("--quality", type=int, default=defaults.quality, help="JPEG/WebP re-encoding quality")
-    parser.add_argument("--resize", type=int, metavar="N", help="shrink shorter sides above N to N")
-    parser.add_argument(
-        "--verify", choices=VERIFY_MODES, default=defaults.verify, help="check of kept images: cheap, or full"
-    )
-    parser.add_argument("--workers", type=int, default=1, help="worker processes")
-    parser.add_argument("--strict", action="store_true", help="fail at the first unreadable image")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
-    parser.set_defaults(run=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    """``wdsx convert``: convert, then print a summary (skipped images on stderr)."""
-    settings = ConvertSettings(
-        maxcount=args.maxcount,
-        maxsize=args.maxsize,
-        shuffle=args.shuffle,
-        seed=args.seed,
-        reencode=args.reencode,
-        quality=args.quality,
-        resize=args.resize,
-        verify=args.verify,
-    )
-    progress = not args.quiet and sys.stderr.isatty()
-    report = convert(
-        args.src, args.dest, settings, workers=args.workers, strict=args.strict, progress=progress
-    )
-    for path, reason in report.skipped:
-        print(f"skipped {path}: {reason}", file=sys.stderr)
-    if not args.quiet:
-        rate = report.samples_written / report.seconds if report.seconds else 0.0
-        print(
-            f"{report.written + report.reused} of {report.shards} shards complete "
-            f"({report.written} written now, {report.reused} before): "
-            f"{report.samples} images, {len(report.skipped)} skipped; "
-            f"{report.samples_written} images in {report.seconds:.1f} s ({rate:.0f} images/s)"
-        )
-        print(f"manifest: {report.manifest_url or 'pending: the last rank to finish writes it'}")
-    return 0

@@ -25,7 +25,7 @@ from typing import Any, BinaryIO, TypeVar
 from wdsx.codecs.encode import FieldEncoder, make_encoder
 from wdsx.read.manifest import Manifest, ShardEntry, manifest_url_for_pattern
 from wdsx.read.samples import POSITION
-from wdsx.sources import SourceOptions, open_sink
+from wdsx.sources import Sink, SourceOptions, open_sink
 from wdsx.write.tarformat import HeaderMaker, end_of_archive, padding
 
 log = logging.getLogger("wdsx")
@@ -34,6 +34,9 @@ NEVER_WRITTEN = frozenset(("__key__", "__url__", "__local_path__", POSITION, "__
 """Fields that describe where a sample was read from; writing them back would be wrong."""
 
 _FLUSH_AT = 1 << 20
+
+_Bytes = bytes | bytearray | memoryview
+"""What goes into a shard: payloads are passed on as given, so large ones are never copied."""
 
 
 class _GzipCompressor:
@@ -85,10 +88,10 @@ def compression_for(name: object, compress: bool | str | None) -> str | None:
 class _Output:
     """Buffers small writes into large ones, compresses, and hashes the bytes as they leave."""
 
-    def __init__(self, write: Callable[[bytes], object], compression: str | None):
+    def __init__(self, write: Callable[[_Bytes], object], compression: str | None):
         self._write = write
         self._compressor = _COMPRESSORS[compression]() if compression else None
-        self._pending: list[bytes] = []
+        self._pending: list[_Bytes] = []
         self._pending_size = 0
         self.tar_bytes = 0
         """Uncompressed tar bytes so far."""
@@ -96,7 +99,7 @@ class _Output:
         """Bytes handed to the destination so far (compressed when compressing)."""
         self.sha256 = hashlib.sha256()
 
-    def add(self, data: bytes | bytearray | memoryview) -> None:
+    def add(self, data: _Bytes) -> None:
         self.tar_bytes += len(data)
         if len(data) >= _FLUSH_AT:  # large payloads go out without being copied
             self.flush()
@@ -114,7 +117,7 @@ class _Output:
             self._pending_size = 0
             self._send(data)
 
-    def _send(self, data: bytes | bytearray | memoryview) -> None:
+    def _send(self, data: _Bytes) -> None:
         self._emit(self._compressor.compress(data) if self._compressor is not None else data)
 
     def finish(self) -> None:
@@ -122,14 +125,14 @@ class _Output:
         if self._compressor is not None:
             self._emit(self._compressor.flush())
 
-    def _emit(self, data: bytes | bytearray | memoryview) -> None:
+    def _emit(self, data: _Bytes) -> None:
         if data:
             self.sha256.update(data)
             self.file_bytes += len(data)
             self._write(data)
 
 
-def _as_payload(value: Any, name: str) -> bytes | bytearray | memoryview:
+def _as_payload(value: Any, name: str) -> _Bytes:
     if isinstance(value, str):
         return value.encode("utf-8")
     if isinstance(value, memoryview):
@@ -192,20 +195,20 @@ class TarWriter(_AllOrNothing):
             mode=mode, mtime=0 if mtime is None else int(mtime), uname=user, gname=group
         )
         compression = compression_for(fileobj, compress)
+        self.url: str | None = None
+        self._sink: Sink | None = None
         if isinstance(fileobj, str):
-            self.url: str | None = fileobj
+            self.url = fileobj
             self._sink = open_sink(fileobj, options)
             self._out = _Output(self._sink.write, compression)
         else:
-            self.url = None
-            self._sink = None
             self._out = _Output(fileobj.write, compression)
         self.count = 0
         """Samples written."""
         self.closed = False
         self._warned_dotted_key = False
 
-    def write(self, obj: Mapping[str, Any]) -> int:
+    def write(self, obj: dict[str, Any]) -> int:
         """Write one sample; returns its payload bytes (headers and padding not counted)."""
         if self.closed:
             raise ValueError("write to a closed TarWriter")
@@ -335,7 +338,7 @@ class ShardWriter(_AllOrNothing):
         )
         self._stream: BinaryIO | None = None
 
-    def write(self, obj: Mapping[str, Any]) -> int:
+    def write(self, obj: dict[str, Any]) -> int:
         """Write one sample, starting a new shard first if the current one is full."""
         if self.tarstream is None or shard_is_full(self.count, self.size, self.maxcount, self.maxsize):
             self.next_stream()

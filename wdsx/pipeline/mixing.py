@@ -1,0 +1,408 @@
+"""Mixing several pipelines into one stream: weighted or round-robin, exactly resumable.
+
+:class:`Mix` reads several pipelines (each with its own shards, shuffle, decoding and maps)
+and draws each output from one of them. Which source output *i* of a reader comes from is a
+pure function of (seed, epoch, reader, draw count) — or, round-robin, of the count alone — so
+a checkpoint needs only the counts and each source's own state, and a resume replays nothing.
+
+Stop rules: ``"first"`` ends the stream when a drawn source is exhausted (webdataset's
+``longest=False``); ``"all"`` drops exhausted sources and goes on until every source is
+exhausted (``longest=True``); ``"never"`` starts an exhausted source's next epoch (a new shard
+order, its own epoch counter) and never ends. With ``batch_size``, each draw yields a whole
+batch from one source (homogeneous batches).
+
+Each source is dealt across ranks and workers by its own reader, so under WebLoader every
+reader mixes its own share of every source, and a checkpoint re-dealt to another topology
+re-deals every source's unread rest (:mod:`wdsx.pipeline.redeal`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from wdsx.core import rng
+from wdsx.core.errors import StateError
+from wdsx.core.topology import Topology
+from wdsx.pipeline import redeal
+from wdsx.pipeline.datapipeline import DataPipeline
+from wdsx.stages.base import RedealTarget, Run, Stage, replay, source_index, stage_keys
+from wdsx.stages.batch import default_collation_fn
+from wdsx.state.checkpoint import JsonDict, PipelineState
+from wdsx.state.position import Position, PositionTable
+
+STOP_RULES = ("first", "all", "never")
+ORDERS = ("random", "round_robin")
+
+
+@dataclass
+class MixState:
+    """A mixer's progress in one reader: its draw counts, which sources are still active, each
+    source's epoch, how many outputs each gave, and each source pipeline's own state."""
+
+    draws: int = 0
+    """Random draws made so far (weighted order)."""
+    turn: int = 0
+    """Index into the active sources of the next round-robin turn."""
+    delivered: list[int] = field(default_factory=list)
+    active: list[bool] = field(default_factory=list)
+    epochs: list[int] = field(default_factory=list)
+    sources: list[JsonDict | None] = field(default_factory=list)
+    """The sources' saved states (restored ones until they are loaded)."""
+    live: list[DataPipeline | None] = field(default_factory=list, compare=False, repr=False)
+    """The running source pipelines, whose states a checkpoint takes."""
+
+    def reset(self, count: int, epoch: int) -> None:
+        """Start an epoch of ``count`` sources at source epoch ``epoch``."""
+        self.draws, self.turn = 0, 0
+        self.delivered, self.active = [0] * count, [True] * count
+        self.epochs, self.sources, self.live = [epoch] * count, [None] * count, [None] * count
+
+    def to_json(self, table: PositionTable) -> JsonDict:
+        sources = [
+            pipeline.current_state().to_json() if pipeline is not None else saved
+            for pipeline, saved in zip(self.live, self.sources)
+        ]
+        return {
+            "draws": self.draws,
+            "turn": self.turn,
+            "delivered": list(self.delivered),
+            "active": list(self.active),
+            "epochs": list(self.epochs),
+            "sources": sources,
+        }
+
+    @classmethod
+    def from_json(cls, data: JsonDict, table: PositionTable) -> MixState:
+        sources = list(data["sources"])
+        return cls(
+            int(data["draws"]),
+            int(data["turn"]),
+            [int(n) for n in data["delivered"]],
+            [bool(a) for a in data["active"]],
+            [int(e) for e in data["epochs"]],
+            sources,
+            [None] * len(sources),
+        )
+
+    def held(self) -> list[Position]:
+        """Between outputs the mixer holds nothing; the sources' buffers are in their states."""
+        return []
+
+
+class MixSource(Stage):
+    """The first stage of a :class:`Mix`: draws items (or batches) from the source pipelines."""
+
+    produces_samples = True
+    state_key = "mix"
+    state_type = MixState
+
+    def __init__(
+        self,
+        sources: Sequence[DataPipeline],
+        weights: Sequence[float] | None,
+        stop: str,
+        order: str,
+        batch_size: int | None,
+        collation_fn: Callable | None,
+        partial: bool,
+    ):
+        if not sources:
+            raise ValueError("a mixture needs at least one source")
+        if stop not in STOP_RULES:
+            raise ValueError(f"stop must be one of {STOP_RULES}, got {stop!r}")
+        if order not in ORDERS:
+            raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+        weights = [1.0] * len(sources) if weights is None else [float(w) for w in weights]
+        if len(weights) != len(sources) or any(w < 0 for w in weights) or not sum(weights) > 0:
+            raise ValueError(f"weights must be {len(sources)} non-negative numbers with a positive sum")
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        self.sources = list(sources)
+        self.weights = weights
+        self.stop = stop
+        self.order = order
+        self.batch_size = batch_size
+        self.collation_fn = collation_fn
+        self.partial = partial
+
+    def describe(self) -> str:
+        inner = " | ".join(", ".join(source.fingerprint()) for source in self.sources)
+        return (
+            f"mix({self.order}, weights={self.weights}, stop={self.stop}, "
+            f"batch={self.batch_size}, sources=[{inner}])"
+        )
+
+    def not_resumable(self) -> str | None:
+        reasons = [f"source {k}: {r}" for k, s in enumerate(self.sources) for r in s.not_resumable()]
+        return "; ".join(reasons) if reasons else None
+
+    def shard_urls(self) -> list[str]:
+        return [url for k in range(len(self.sources)) for url in self._urls_of(k)]
+
+    def _urls_of(self, k: int) -> Sequence[str]:
+        stages = self.sources[k].pipeline
+        index = source_index(stages)
+        return (stages[index].shard_urls() or ()) if index is not None else ()
+
+    def upgrade_state(self, saved: JsonDict, table: PositionTable) -> JsonDict:
+        raise StateError("mixtures did not exist in version-2 checkpoints")
+
+    # --- mixing -----------------------------------------------------------------------
+    def apply(self, upstream: Iterator, run: Run, index: int) -> Iterator:
+        state, restored = run.attach(index, MixState)
+        if not restored:
+            state.reset(len(self.sources), run.epoch)
+        seed = rng.derive_seed("mix", run.seed, run.epoch, run.topology.consumer)
+        return self._mix(run, state, seed)
+
+    def _start(self, state: MixState, k: int) -> Iterator:
+        """Source ``k`` running in this reader: from its saved state, or at its epoch."""
+        pipeline = self.sources[k].detached()
+        saved = state.sources[k]
+        if saved is not None:
+            pipeline.load_state_dict(saved)
+        else:
+            pipeline.set_epoch(state.epochs[k])
+        state.live[k] = pipeline
+        return iter(pipeline)
+
+    def _next_source(self, state: MixState, seed: int) -> int | None:
+        """The source of the next output, or None when none is active."""
+        active = [k for k, alive in enumerate(state.active) if alive]
+        if not active:
+            return None
+        if self.order == "round_robin":
+            state.turn %= len(active)
+            return active[state.turn]
+        bounds = list(itertools.accumulate(self.weights[k] for k in active))
+        point = rng.uniform(seed, state.draws) * bounds[-1]
+        state.draws += 1
+        return active[min(bisect.bisect_right(bounds, point), len(active) - 1)]
+
+    def _pull(self, state: MixState, iterators: list[Iterator | None], k: int) -> tuple[bool, Any]:
+        """The next item of source ``k``; under ``stop="never"`` an exhausted source starts its
+        next epoch (one that yields nothing at all leaves the mixture for this reader)."""
+        for attempt in range(2):
+            iterator = iterators[k]
+            if iterator is None:
+                iterator = iterators[k] = self._start(state, k)
+            item = next(iterator, _END)
+            if item is not _END:
+                return True, item
+            if self.stop != "never" or attempt == 1:
+                return False, None
+            state.epochs[k] += 1
+            state.sources[k], iterators[k] = None, None
+        return False, None
+
+    def _position(self, state: MixState, k: int) -> Any:
+        pipeline = state.live[k]
+        return pipeline.current_position() if pipeline is not None else None
+
+    def _mix(self, run: Run, state: MixState, seed: int) -> Iterator:
+        iterators: list[Iterator | None] = [None] * len(self.sources)
+        try:
+            while True:
+                k = self._next_source(state, seed)
+                if k is None:
+                    return
+                items, positions = self._draw(state, iterators, k)
+                if not items or (self.batch_size is not None and len(items) < self.batch_size):
+                    state.active[k] = False
+                    if self.stop == "first":
+                        if items and self.partial:
+                            yield self._finish(run, state, k, items, positions)
+                        return
+                    if not items or not self.partial:
+                        continue
+                yield self._finish(run, state, k, items, positions)
+        finally:
+            for iterator in iterators:
+                if isinstance(iterator, Iterator) and hasattr(iterator, "close"):
+                    iterator.close()
+
+    def _draw(self, state: MixState, iterators: list[Iterator | None], k: int) -> tuple[list, list]:
+        """One output's worth of items from source ``k``: one item, or up to a batch."""
+        wanted = 1 if self.batch_size is None else self.batch_size
+        items: list[Any] = []
+        positions: list[Any] = []
+        while len(items) < wanted:
+            found, item = self._pull(state, iterators, k)
+            if not found:
+                break
+            items.append(item)
+            positions.append(self._position(state, k))
+        return items, positions
+
+    def _finish(self, run: Run, state: MixState, k: int, items: list, positions: list) -> Any:
+        """Count an output of source ``k`` and say where it came from."""
+        state.delivered[k] += 1
+        if self.order == "round_robin":
+            state.turn += 1
+        if self.batch_size is None:
+            run.position = positions[0]
+            return items[0]
+        run.position = positions
+        return items if self.collation_fn is None else self.collation_fn(items)
+
+    # --- restoring buffers and re-dealing ---------------------------------------------
+    def read_positions(self, positions: Sequence[Position]) -> list[Any]:
+        """Items at ``positions`` as their source pipeline delivered them."""
+        return [self._read_one(position) for position in positions]
+
+    def _read_one(self, position: Position) -> Any:
+        owners = [k for k in range(len(self.sources)) if position.url in self._urls_of(k)]
+        if len(owners) != 1:
+            raise StateError(
+                f"{position.url} is read by {len(owners)} sources of the mixture; a buffer after the "
+                "mixer can only be restored when each shard belongs to one source"
+            )
+        stages = self.sources[owners[0]].pipeline
+        index = source_index(stages)
+        assert index is not None
+        return replay(stages[index].read_positions([position]), stages[index + 1 :])[0]
+
+    def redeal_states(
+        self,
+        states: Sequence[PipelineState],
+        leftovers: Sequence[Position],
+        stages: Sequence[Stage],
+        index: int,
+        readers: RedealTarget,
+    ) -> list[PipelineState]:
+        """Each source's unread rest dealt to the new readers on its own; samples held by
+        stages after the mixer go back to the source whose shard they came from."""
+        key = stage_keys(stages)[index]
+        held = list(leftovers)
+        mixes = []
+        for state in states:
+            saved = state.stages.get(key)
+            mix = MixState.from_json(saved, state.table()) if saved is not None else None
+            mixes.append(mix)
+            held.extend(redeal.held_positions(state, stages, skip=index))
+        dealt = []
+        for k, source in enumerate(self.sources):
+            urls = set(self._urls_of(k))
+            source_states = [self._source_state(state, mix, k, source) for state, mix in zip(states, mixes)]
+            mine = [position for position in held if position.url in urls]
+            dealt.append(redeal.redeal(source_states, mine, source.pipeline, readers))
+        first = states[0]
+        fresh = []
+        for reader in range(readers.readers):
+            mix = MixState()
+            mix.reset(len(self.sources), first.epoch)
+            mix.sources = [dealt[k][reader].to_json() for k in range(len(self.sources))]
+            table = PositionTable()
+            fresh.append(
+                PipelineState(
+                    first.fingerprint,
+                    first.seed,
+                    reader,
+                    readers.readers,
+                    first.epoch,
+                    {key: mix.to_json(table)},
+                    table.urls,
+                )
+            )
+        return fresh
+
+    @staticmethod
+    def _source_state(
+        state: PipelineState, mix: MixState | None, k: int, source: DataPipeline
+    ) -> PipelineState:
+        """Source ``k``'s state in an old reader: as saved, finished once the mixer found it
+        exhausted, or its epoch's start when it had not begun."""
+        epoch = mix.epochs[k] if mix is not None else state.epoch
+        blank = PipelineState(source.fingerprint(), source.seed, state.consumer, state.consumers, epoch)
+        if mix is None:
+            return blank
+        if not mix.active[k]:
+            blank.finished = True
+            return blank
+        saved = mix.sources[k]
+        return source.parse_state(saved) if saved is not None else blank
+
+    def contributions(self, saved: JsonDict | None) -> list[int]:
+        """Outputs each source has contributed, from a saved state of this stage."""
+        if saved is None:
+            return [0] * len(self.sources)
+        return MixState.from_json(saved, PositionTable()).delivered
+
+
+_END = object()
+
+
+def _as_pipeline(source: Any) -> DataPipeline:
+    """A source as a pipeline: wdsx pipelines as they are, any other iterable wrapped (it
+    mixes, but cannot be checkpointed)."""
+    return source if isinstance(source, DataPipeline) else DataPipeline(source)
+
+
+class Mix(DataPipeline):
+    """Several pipelines mixed into one, with the fluent methods and exact state.
+
+    Args:
+        sources: the pipelines to mix (``WebDataset(...)...``); other iterables mix too, but
+            a checkpoint then cannot be taken.
+        weights: relative weights of the sources (default: equal); under round-robin order
+            they are ignored.
+        stop: ``"first"``, ``"all"`` or ``"never"`` (see the module documentation).
+        order: ``"random"`` (weighted draws) or ``"round_robin"``.
+        batch_size: draw whole batches of this size from one source at a time.
+        collation_fn: how such a batch is collated (None: a list).
+        partial: whether a source's last, short batch is yielded.
+        seed: the seed of the draws (default: ``WDS_SEED`` or 0).
+    """
+
+    def __init__(
+        self,
+        sources: Iterable[Any],
+        weights: Sequence[float] | None = None,
+        *,
+        stop: str = "all",
+        order: str = "random",
+        batch_size: int | None = None,
+        collation_fn: Callable | None = default_collation_fn,
+        partial: bool = True,
+        seed: int | None = None,
+    ):
+        pipelines = [_as_pipeline(source) for source in sources]
+        mixer = MixSource(pipelines, weights, stop, order, batch_size, collation_fn, partial)
+        super().__init__(mixer, seed=seed)
+        self.mixer = mixer
+
+    def prepare(self, topology: Topology, endless: bool) -> None:
+        for source in self.mixer.sources:
+            source.prepare(topology, endless or self.mixer.stop == "never")
+
+    def contributions(self) -> list[int]:
+        """Outputs each source has contributed in this process's current epoch so far."""
+        state = self.current_state()
+        return self.mixer.contributions(state.stages.get(MixSource.state_key))
+
+    def contributions_in(self, state: JsonDict | None) -> list[int]:
+        """Outputs each source has contributed according to a saved state of this mixture."""
+        if state is None:
+            return [0] * len(self.mixer.sources)
+        return self.mixer.contributions(self.parse_state(state).stages.get(MixSource.state_key))
+
+
+class RandomMix(Mix):
+    """webdataset's ``RandomMix``: draws from ``datasets`` with probabilities ``probs``; stops
+    at the first exhausted source unless ``longest``. Unlike webdataset's, it is seeded (the
+    same draws on every run) and exactly resumable when its inputs are wdsx pipelines."""
+
+    def __init__(self, datasets: Iterable[Any], probs: Sequence[float] | None = None, longest: bool = False):
+        super().__init__(datasets, probs, stop="all" if longest else "first")
+
+
+class RoundRobin(Mix):
+    """webdataset's ``RoundRobin``: one item from each dataset in turn; stops at the first
+    exhausted one unless ``longest``, which goes on with the others."""
+
+    def __init__(self, datasets: Iterable[Any], longest: bool = False):
+        super().__init__(datasets, stop="all" if longest else "first", order="round_robin")

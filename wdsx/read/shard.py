@@ -1,0 +1,218 @@
+"""Reading one shard from a cursor: the samples of a tar shard from a given byte offset and
+ordinal, and single samples read back by position.
+
+A shard's byte stream is opened at the cursor's offset (a seek, or a ranged request), so
+resuming never re-reads the shard's beginning. Compressed shards (gzip, bzip2, xz) cannot start
+at an offset: they are re-read from the start and the decompressed bytes before the offset are
+skipped (logged once per shard).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Generator, Iterator, Sequence
+from contextlib import closing
+from dataclasses import dataclass
+from typing import Any
+
+from wdsx.core.compression import named_compressed, uncompressed
+from wdsx.core.errors import Handler, ShardError, reraise_exception
+from wdsx.core.streams import Prefixed
+from wdsx.read.samples import POSITION, Cursor, group_members, sample_starts
+from wdsx.read.tar import BLOCK, iter_members, looks_like_header, read_exact, scan_headers
+from wdsx.sources import SourceOptions, open_source, scheme_of
+from wdsx.sources.prefetch import Prefetcher
+from wdsx.state.position import Position
+
+log = logging.getLogger("wdsx")
+
+
+@dataclass
+class ReadSettings:
+    """How members become samples, shared by the reading stages (picklable)."""
+
+    options: SourceOptions
+    handler: Handler = reraise_exception
+    select_files: Callable[[str], bool] | None = None
+    rename_files: Callable[[str], str] | None = None
+    add_local_path: bool = False
+    sha256: dict[str, str] | None = None
+    """Expected SHA-256 per URL (from a manifest), checked when shards go through the cache."""
+
+    def expected_hash(self, url: str) -> str | None:
+        return self.sha256.get(url) if self.sha256 else None
+
+
+def stream_offset(url: str, offset: int) -> int:
+    """Where a shard's byte stream must be opened to reach tar offset ``offset``."""
+    return 0 if named_compressed(url) else offset
+
+
+class _TarStream:
+    """The tar byte stream of one shard, possibly compressed, starting at a tar offset.
+
+    A shard is taken as compressed when its name says so or when its first bytes do; one that
+    is compressed without saying so is found out when the bytes at a resume offset are not a
+    tar header, and is then re-read from its start.
+    """
+
+    def __init__(self, url: str, offset: int, settings: ReadSettings, prefetcher: Prefetcher | None = None):
+        opened_at = stream_offset(url, offset)
+        sha256 = settings.expected_hash(url)
+        if prefetcher is not None:
+            self.source = prefetcher.open(url, opened_at, sha256)
+        else:
+            self.source = open_source(url, opened_at, settings.options, sha256=sha256)
+        try:
+            self._position(url, offset, opened_at, settings)
+        except BaseException:
+            self.source.close()
+            raise
+
+    def _position(self, url: str, offset: int, opened_at: int, settings: ReadSettings) -> None:
+        self.local_path = self.source.local_path
+        if opened_at:
+            head = read_exact(self.source.read, BLOCK)
+            if looks_like_header(head):
+                stream: Any = Prefixed(head, self.source.read, self.source.readinto)
+                self.read, self.readinto = stream.read, stream.readinto
+                return
+            self.source.close()
+            self.source = open_source(url, 0, settings.options, sha256=settings.expected_hash(url))
+        stream, compressed = uncompressed(self.source.read, self.source.readinto)
+        self.read, self.readinto = stream.read, stream.readinto
+        if offset and not compressed:
+            raise ShardError(url, offset, "no tar header at the resume offset (was the shard rewritten?)")
+        if offset:
+            log.info("%s is compressed: reading it from the start to reach offset %d", url, offset)
+            remaining = offset
+            while remaining > 0:
+                skipped = len(self.read(min(remaining, 1 << 20)))
+                if not skipped:
+                    raise ShardError(url, offset, "compressed shard ends before the resume offset")
+                remaining -= skipped
+
+    def close(self) -> None:
+        self.source.close()
+
+
+def read_piece(
+    url: str,
+    cursor: Cursor,
+    stop: int | None,
+    settings: ReadSettings,
+    extra: dict[str, Any] | None = None,
+    prefetcher: Prefetcher | None = None,
+) -> Generator[dict[str, Any], None, None]:
+    """Samples of one shard from ``cursor`` (offset and ordinal) up to ordinal ``stop``.
+
+    A cursor whose offset is None starts at its ordinal: local shards find it by scanning
+    headers, other shards are read from the start and the samples before it skipped.
+    ``prefetcher`` hands over the shard if it was opened ahead of time.
+    """
+    offset, first = cursor.offset, cursor.ordinal
+    if offset is None:
+        offset = _locate(url, first, settings)
+        if offset is not None:
+            cursor.offset = offset
+    stream = _TarStream(url, offset or 0, settings, prefetcher)
+    pad = bool(extra and extra.get("__pad__"))
+    try:
+        if settings.add_local_path and stream.local_path is not None:
+            extra = {**(extra or {}), "__local_path__": stream.local_path}
+        if offset is None:
+            cursor.offset, cursor.ordinal = 0, 0
+        members = iter_members(stream, url, offset or 0, settings.options.chunk)
+        failure: list[Exception] = []
+        if settings.handler is not reraise_exception:
+            members = _until_error(members, failure)
+        samples = group_members(
+            members,
+            url,
+            cursor,
+            stop=stop,
+            rename_files=settings.rename_files,
+            select_files=settings.select_files,
+            extra=extra,
+        )
+        if offset is None or pad:
+            for sample in samples:
+                if offset is None and sample[POSITION].ordinal < first:
+                    continue
+                if pad:
+                    sample[POSITION] = sample[POSITION].as_padding()
+                yield sample
+        else:
+            yield from samples
+        if failure:
+            raise failure[0]
+    finally:
+        stream.close()
+
+
+def _until_error(members: Iterator, failure: list[Exception]) -> Iterator:
+    """Pass members through; on a read error, end the stream and keep the error, so that the
+    sample being grouped is still delivered before the error reaches a continuing handler."""
+    try:
+        yield from members
+    except Exception as exn:
+        failure.append(exn)
+
+
+def _locate(url: str, ordinal: int, settings: ReadSettings) -> int | None:
+    """Byte offset of sample ``ordinal`` in a local, uncompressed shard, found by a header
+    scan that seeks over payloads; None when the shard is remote or compressed (the caller
+    then reads from the start and skips)."""
+    if ordinal == 0:
+        return 0
+    if named_compressed(url):
+        return None
+    with open_source(url, 0, settings.options) as source:
+        stream, compressed = uncompressed(source.read)
+        if source.local_path is None or compressed:
+            return None
+        headers = scan_headers(stream.read, source.skip, url)
+        for found, offset in sample_starts(headers, settings.rename_files, settings.select_files):
+            if found == ordinal:
+                return offset
+    raise ShardError(url, None, f"shard has fewer than {ordinal + 1} samples")
+
+
+def read_positions(positions: Sequence[Position], settings: ReadSettings) -> list[dict[str, Any]]:
+    """Read the samples at ``positions``, in that order (padding positions give samples
+    marked ``__pad__``).
+
+    Positions in one shard are read in one forward pass, reopening the shard only to jump
+    a long gap, so refilling a large buffer costs about one read per shard, not per sample.
+    """
+    wanted: dict[str, list[tuple[int, int, bool, int]]] = {}
+    for index, position in enumerate(positions):
+        wanted.setdefault(position.url, []).append((position.offset, position.ordinal, position.pad, index))
+    samples: list[Any] = [None] * len(positions)
+    for url, targets in wanted.items():
+        targets.sort()
+        gap = settings.options.chunk * (1 if scheme_of(url) == "file" else 8)
+        next_target = 0
+        while next_target < len(targets):
+            offset, ordinal = targets[next_target][:2]
+            progressed = False
+            with closing(read_piece(url, Cursor(offset, ordinal), None, settings)) as shard:
+                for sample in shard:
+                    found = sample[POSITION].offset
+                    if found > targets[next_target][0]:
+                        break  # no sample started at the wanted offset
+                    while next_target < len(targets) and targets[next_target][0] == found:
+                        pad, index = targets[next_target][2:]
+                        samples[index] = _as_padding(sample) if pad else dict(sample)
+                        next_target += 1
+                        progressed = True
+                    if next_target == len(targets) or targets[next_target][0] - found > gap:
+                        break
+            if not progressed:
+                raise ShardError(url, offset, "no sample starts at this offset (restoring a buffer)")
+    return samples
+
+
+def _as_padding(sample: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a sample marked as read a second time to even out shares."""
+    return {**sample, "__pad__": True, POSITION: sample[POSITION].as_padding()}

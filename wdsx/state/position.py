@@ -1,0 +1,120 @@
+"""Where a sample came from: the one position type of every checkpoint, and its compact form.
+
+A :class:`Position` names the shard URL, the byte offset of the sample's first record, the
+sample's ordinal in the shard, and whether it is a padding repeat (read a second time so that
+every reader yields the same number of batches). Readers stamp every sample with one; stages
+that hold samples keep only their positions in a checkpoint; restoring reads them again.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import zlib
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from wdsx.core.errors import NotResumableError, StateError
+
+
+class Position(NamedTuple):
+    """Where one sample starts: ``(url, byte offset, ordinal in the shard, padding repeat)``."""
+
+    url: str
+    offset: int
+    ordinal: int
+    pad: bool = False
+
+    def as_padding(self) -> Position:
+        """The same sample, marked as read again to even out readers' shares."""
+        return Position(self.url, self.offset, self.ordinal, True)
+
+
+def make_position(url: str, offset: int, ordinal: int) -> Position:
+    """A non-padding :class:`Position`, built without the NamedTuple constructor's overhead
+    (readers call this once per sample)."""
+    return _new_tuple(Position, (url, offset, ordinal, False))
+
+
+_new_tuple: Any = tuple.__new__
+
+
+class PositionTable:
+    """Writes positions against one URL list per checkpoint, so each URL is stored once."""
+
+    def __init__(self, urls: Iterable[str] = ()):
+        self.urls: list[str] = list(urls)
+        self._index = {url: i for i, url in enumerate(self.urls)}
+
+    def encode(self, positions: Iterable[Any]) -> str:
+        """Positions as one short ASCII string (see :func:`pack_positions`)."""
+        rows = []
+        for position in positions:
+            if not isinstance(position, Position):
+                raise NotResumableError(
+                    "a stage holds items without a single sample position (whole batches, or items "
+                    "from an opaque source); checkpoint before batching, or unbatch first"
+                )
+            index = self._index.get(position.url)
+            if index is None:
+                index = self._index[position.url] = len(self.urls)
+                self.urls.append(position.url)
+            rows.append((index, position.offset, position.ordinal, 1 if position.pad else 0))
+        return pack_positions(rows)
+
+    def decode(self, packed: str) -> list[Position]:
+        """The positions :meth:`encode` was given, in their order."""
+        try:
+            return [
+                Position(self.urls[index], offset, ordinal, bool(pad))
+                for index, offset, ordinal, pad in unpack_positions(packed)
+            ]
+        except IndexError as error:
+            raise StateError("checkpoint positions refer to a URL missing from its URL table") from error
+
+
+_WIDTHS = (np.int8, np.int16, np.int32, np.int64)
+
+
+def _narrowest(column: np.ndarray) -> type:
+    low, high = (int(column.min()), int(column.max())) if len(column) else (0, 0)
+    return next(t for t in _WIDTHS if np.iinfo(t).min <= low and high <= np.iinfo(t).max)
+
+
+def pack_positions(rows: list[tuple[int, int, int, int]]) -> str:
+    """Rows of ``(url index, offset, ordinal, pad)`` as a compact JSON-safe string.
+
+    Buffered samples come from a few shards in random order, so the rows are sorted (which
+    makes neighbouring offsets and ordinals differ by about one sample), stored as differences,
+    column by column in the narrowest integer type, with each row's rank in the sorted order,
+    and compressed: about 5 bytes per sample instead of about 20 as JSON lists.
+    """
+    table = np.fromiter(itertools.chain.from_iterable(rows), np.int64, 4 * len(rows)).reshape(-1, 4)
+    order = np.lexsort((table[:, 1], table[:, 2], table[:, 0]))
+    ranks = np.empty(len(order), dtype=np.int64)
+    ranks[order] = np.arange(len(order))
+    deltas = np.diff(table[order], axis=0, prepend=np.zeros((1, 4), dtype=np.int64))
+    columns = [*deltas.T, ranks]
+    types = [np.dtype(_narrowest(column)).newbyteorder("<") for column in columns]
+    data = b"".join(column.astype(kind).tobytes() for column, kind in zip(columns, types))
+    widths = "".join(str(kind.itemsize) for kind in types)
+    return f"{len(table)}:{widths}:{base64.b64encode(zlib.compress(data, 1)).decode('ascii')}"
+
+
+def unpack_positions(packed: str) -> list[tuple[int, int, int, int]]:
+    """The rows :func:`pack_positions` was given, in their order."""
+    try:
+        count_text, widths, encoded = packed.split(":")
+        count = int(count_text)
+        data = zlib.decompress(base64.b64decode(encoded))
+        columns, start = [], 0
+        for width in widths:
+            kind = np.dtype(f"<i{width}")
+            columns.append(np.frombuffer(data, kind, count, start).astype(np.int64))
+            start += count * kind.itemsize
+        table = np.cumsum(np.stack(columns[:4], axis=1), axis=0)[columns[4]]
+    except (ValueError, TypeError, IndexError, zlib.error) as error:
+        raise StateError(f"corrupt buffer positions in checkpoint: {error}") from error
+    return [(int(a), int(b), int(c), int(d)) for a, b, c, d in table.tolist()]
