@@ -17,8 +17,10 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[torch,fast,s3,progress]'
 	touch $@
 
+# Azurite (the Azure Storage emulator the tests start) comes from npm, into a project-local folder.
 $(VENV)/.installed-test: $(VENV)/.installed
 	$(BIN)/pip install -q -e '.[test,bench]'
+	npm install --prefix .npm-tools --no-audit --no-fund --silent azurite@3.35.0
 	touch $@
 
 install: $(VENV)/.installed

@@ -18,6 +18,7 @@ tables.
 
 from __future__ import annotations
 
+import datetime
 import io
 import os
 import shutil
@@ -29,12 +30,14 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from urllib.parse import quote
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from tests.fixtures.servers import FaultProxy, SeaweedS3, random_bytes  # noqa: E402
+from tests.fixtures.stores import Azurite, FakeGCS  # noqa: E402
 from wdsx.sources import SourceOptions, open_source  # noqa: E402
 from wdsx.sources.prefetch import Prefetcher  # noqa: E402
 
@@ -210,10 +213,24 @@ def _pipe_aws_urls(urls: list[str], endpoint_url: str) -> list[str]:
     return [f"pipe:{aws} s3 cp --only-show-errors --endpoint-url {endpoint_url} {url} -" for url in urls]
 
 
-def bench_s3_table(shard_paths: list[str], repeats: int = 3) -> list[tuple[str, str, str, str, str]]:
-    """Benchmark-table rows: whole pipelines over S3, wdsx (native ``s3://``) against
-    webdataset (``pipe:aws s3 cp ... -``), same server, same shards, same run; and the effect
-    of prefetching when every request has 20 ms of latency."""
+def raw_iteration_row(
+    scheme: str, baseline: str, rates: dict[str, float], shard_paths: list[str], target: str = ""
+) -> tuple[str, str, str, str, str]:
+    """A table row: samples/s and MB/s of wdsx and webdataset iterating the shards raw."""
+    size = sum(os.path.getsize(path) for path in shard_paths)
+    mb_per_sample = size / sum(count_samples(path) for path in shard_paths) / 1e6
+    shards = len(shard_paths)
+    return (
+        f"{scheme} raw iteration, {shards} x {size / shards / 1e6:.0f} MB shards (webdataset: {baseline})",
+        f"{rates['wdsx']:,.0f} /s, {rates['wdsx'] * mb_per_sample:,.0f} MB/s",
+        f"{rates['webdataset']:,.0f} /s, {rates['webdataset'] * mb_per_sample:,.0f} MB/s",
+        f"{rates['wdsx'] / rates['webdataset']:.2f}x",
+        target,
+    )
+
+
+def _compare_raw(urls: list[str], options: SourceOptions, baseline_urls: list[str], repeats: int) -> dict:
+    """Samples/s of wdsx over ``urls`` and of webdataset over ``baseline_urls`` (same shards)."""
     import warnings
 
     import webdataset
@@ -222,40 +239,89 @@ def bench_s3_table(shard_paths: list[str], repeats: int = 3) -> list[tuple[str, 
     from benchmarks.measure import compare
 
     warnings.filterwarnings("ignore")
-    size = sum(os.path.getsize(path) for path in shard_paths)
+    return compare(
+        {
+            "wdsx": lambda: sum(1 for _ in wdsx.WebDataset(urls, options=options, manifest=False)),
+            "webdataset": lambda: sum(1 for _ in webdataset.WebDataset(baseline_urls, shardshuffle=False)),
+        },
+        repeats,
+    )
+
+
+def bench_stores_table(shard_paths: list[str], repeats: int = 3) -> list[tuple[str, str, str, str, str]]:
+    """Benchmark-table rows: raw iteration over ``gs://`` (fake-gcs-server) and ``az://`` (Azurite).
+
+    webdataset reads ``gs://`` only through ``gsutil`` (not installed here) and has no ``az://``,
+    so its figures are for the same objects read over HTTP with curl, its ``http(s)://`` reader:
+    the emulator's media URL, and a URL with a read-only SAS.
+    """
+    rows = []
+    gcs = FakeGCS().start()
+    try:
+        bucket = gcs.client().bucket(gcs.new_bucket("bench"))
+        keys = [f"shards/{os.path.basename(path)}" for path in shard_paths]
+        for key, path in zip(keys, shard_paths, strict=True):
+            bucket.blob(key).upload_from_filename(path)
+        urls = [f"gs://{bucket.name}/{key}" for key in keys]
+        media = [
+            f"{gcs.endpoint_url}/download/storage/v1/b/{bucket.name}/o/{quote(key, safe='')}?alt=media"
+            for key in keys
+        ]
+        rates = _compare_raw(urls, gcs.options, media, repeats)
+        rows.append(raw_iteration_row("gs://", "curl of the media URL", rates, shard_paths))
+    finally:
+        gcs.stop()
+    azure = Azurite().start()
+    try:
+        container = azure.service().get_container_client(azure.new_container("bench"))
+        keys = [f"shards/{os.path.basename(path)}" for path in shard_paths]
+        for key, path in zip(keys, shard_paths, strict=True):
+            with open(path, "rb") as stream:
+                container.upload_blob(key, stream)
+        urls = [f"az://{container.container_name}/{key}" for key in keys]
+        signed = [_sas_url(azure, container.container_name, key) for key in keys]
+        rates = _compare_raw(urls, azure.options, signed, repeats)
+        rows.append(raw_iteration_row("az://", "curl of a SAS URL", rates, shard_paths))
+    finally:
+        azure.stop()
+    return rows
+
+
+def _sas_url(azure: Azurite, container: str, key: str) -> str:
+    from azure.storage.blob import BlobSasPermissions, generate_blob_sas
+
+    sas = generate_blob_sas(
+        azure.account,
+        container,
+        key,
+        account_key=azure.key,
+        permission=BlobSasPermissions(read=True),
+        expiry=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=2),
+    )
+    return f"{azure.endpoint_url}/{azure.account}/{container}/{quote(key)}?{sas}"
+
+
+def bench_s3_table(shard_paths: list[str], repeats: int = 3) -> list[tuple[str, str, str, str, str]]:
+    """Benchmark-table rows: whole pipelines over S3, wdsx (native ``s3://``) against
+    webdataset (``pipe:aws s3 cp ... -``), same server, same shards, same run; and the effect
+    of prefetching when every request has 20 ms of latency."""
+    import wdsx
+    from benchmarks.measure import compare
+
     with SeaweedS3() as server:
         urls = _upload(server, shard_paths)
         saved = {name: os.environ.get(name) for name in [*server.env, "AWS_CONFIG_FILE"]}
         os.environ.update({**server.env, "AWS_CONFIG_FILE": os.devnull})
         try:
             piped = _pipe_aws_urls(urls, server.endpoint_url)
-            rates = compare(
-                {
-                    "wdsx": lambda: sum(
-                        1 for _ in wdsx.WebDataset(urls, options=server.options, manifest=False)
-                    ),
-                    "webdataset": lambda: sum(1 for _ in webdataset.WebDataset(piped, shardshuffle=False)),
-                },
-                repeats,
-            )
+            rates = _compare_raw(urls, server.options, piped, repeats)
         finally:
             for name, value in saved.items():
                 if value is None:
                     os.environ.pop(name, None)
                 else:
                     os.environ[name] = value
-        samples = sum(count_samples(path) for path in shard_paths)
-        mb_per_sample = size / samples / 1e6
-        rows = [
-            (
-                f"s3:// raw iteration, {len(urls)} x {size / len(urls) / 1e6:.0f} MB shards "
-                "(webdataset: pipe:aws s3 cp)",
-                f"{rates['wdsx']:,.0f} /s, {rates['wdsx'] * mb_per_sample:,.0f} MB/s",
-                f"{rates['webdataset']:,.0f} /s, {rates['webdataset'] * mb_per_sample:,.0f} MB/s",
-                f"{rates['wdsx'] / rates['webdataset']:.2f}x",
-                ">= 1.5x",
-            )
-        ]
+        rows = [raw_iteration_row("s3://", "pipe:aws s3 cp", rates, shard_paths, ">= 1.5x")]
         proxy = FaultProxy(server.port, latency=0.02).start()
         try:
             options = {depth: server.options_via(proxy.url, prefetch=depth) for depth in (0, 4)}

@@ -89,9 +89,10 @@ def resume_section() -> list[Row]:
 
 
 def s3_section() -> list[Row]:
-    from benchmarks.bench_s3 import bench_s3_table
+    from benchmarks.bench_s3 import bench_s3_table, bench_stores_table
 
-    return bench_s3_table(data.jpeg_shards()[:8])
+    shards = data.jpeg_shards()[:8]
+    return bench_s3_table(shards) + bench_stores_table(shards)
 
 
 def convert_section() -> list[Row]:

@@ -96,6 +96,8 @@ def main() -> None:
     loss_fn = nn.CrossEntropyLoss()
     while epoch < args.epochs:
         batches = 0
+        if log:
+            log.write(json.dumps({"epoch_start": epoch, "len": len(loader)}) + "\n")
         for images, labels, keys, pads in loader:
             loss = loss_fn(model(images), labels)
             optimizer.zero_grad()

@@ -439,7 +439,6 @@ case(
     second = wds.DataPipeline(lambda: iter(range(100, 103)))
     result = list(RoundRobin([first, second])), sorted(RandomMix([first, second], longest=True))
     """,
-    known="RandomMix/RoundRobin (webdataset.mix) are being built by another engineer",
 )
 case(
     "pipeline-module",

@@ -154,6 +154,11 @@ def batches_per_rank(logs: dict[int, list[dict]]) -> set[int]:
     return {record["batches"] for records in logs.values() for record in records if "epoch_end" in record}
 
 
+def lengths_per_rank(logs: dict[int, list[dict]]) -> set[int]:
+    """What ``len(loader)`` said on each rank at the start of each epoch."""
+    return {record["len"] for records in logs.values() for record in records if "epoch_start" in record}
+
+
 @pytest.mark.parametrize(
     "counts",
     [[24] * 8, [30, 26, 5, 40, 31, 19, 25], [20, 21, 19]],
@@ -169,6 +174,7 @@ def test_two_nodes_read_every_sample_once_with_equal_batches(tmp_path, counts):
     seen, pads = trained(logs)
     assert seen == Counter(keys) and pads == 0
     assert len(batches_per_rank(logs)) == 1
+    assert lengths_per_rank(logs) == batches_per_rank(logs)
 
 
 def one_dataset(tmp_path) -> tuple[list[str], list[str]]:

@@ -1,4 +1,5 @@
-"""Dropped, reset and stalled connections mid-shard, for S3 and HTTP, through a fault-injecting proxy.
+"""Dropped, reset and stalled connections mid-shard, for every remote store (S3, HTTP, GCS, Azure,
+the Hub), through a fault-injecting proxy.
 
 The oracle is the shard's own bytes; the proxy counts what it forwarded and records each GET's
 ``Range`` header, so the tests see that a retry continues at the last byte delivered.
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 import pytest
 
 from tests.fixtures.servers import FaultProxy, random_bytes, read_all
+from tests.fixtures.stores import Store, azure_store, gcs_store, hub_store
 from wdsx.errors import SourceError
 from wdsx.sources import SourceOptions, open_source
 
@@ -63,7 +65,33 @@ def http_remote(http_server):
     return Remote(data, http_server.port, via, replace)
 
 
-@pytest.fixture(params=["s3", "http"])
+def store_remote(store: Store) -> Remote:
+    """A shard on one of the other object stores (:mod:`tests.fixtures.stores`)."""
+    data = random_bytes(4 * MiB + 123, seed=13)
+    url = store.put("shard.tar", data)
+
+    def via(proxy, **options):
+        return url, store.options_via(proxy.url, **options)
+
+    return Remote(data, store.port, via, lambda content: store.put("shard.tar", content))
+
+
+@pytest.fixture(scope="module")
+def gcs_remote(gcs_server):
+    return store_remote(gcs_store(gcs_server))
+
+
+@pytest.fixture(scope="module")
+def azure_remote(azure_server):
+    return store_remote(azure_store(azure_server))
+
+
+@pytest.fixture(scope="module")
+def hf_remote(hub_server):
+    return store_remote(hub_store(hub_server))
+
+
+@pytest.fixture(params=["s3", "http", "gcs", "azure", "hf"])
 def remote(request):
     return request.getfixturevalue(f"{request.param}_remote")
 

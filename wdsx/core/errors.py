@@ -11,14 +11,35 @@ import tarfile
 from collections.abc import Callable
 from typing import Any
 
+from wdsx.core.redact import install_log_filter, redact_text
+
 log = logging.getLogger("wdsx")
+install_log_filter(log)
 
 Handler = Callable[[BaseException], bool]
 """An error handler: True skips the failing item, False ends the stream, raising propagates."""
 
 
 class WdsxError(Exception):
-    """Base class of every error wdsx raises on purpose."""
+    """Base class of every error wdsx raises on purpose. Its message never shows credentials:
+    URLs in it are redacted (:func:`~wdsx.core.redact.redact_text`)."""
+
+    def __init__(self, *args: Any):
+        super().__init__(*(redact_text(arg) if isinstance(arg, str) else arg for arg in args))
+
+
+MEMBER_SHOWN = 80
+"""Characters of a member name an error message shows at most (a corrupt header's name field
+can be any 100 bytes, a bad pax record any length)."""
+
+
+def shown_name(name: str, limit: int = MEMBER_SHOWN) -> str:
+    """``name`` as a message shows it: quoted with non-printable characters escaped, and
+    shortened in the middle when longer than ``limit`` characters."""
+    if len(name) > limit:
+        half = limit // 2
+        return f"{name[:half]!r}...{name[-half:]!r}"
+    return repr(name)
 
 
 class ShardError(WdsxError, tarfile.ReadError):
@@ -40,9 +61,27 @@ class ShardError(WdsxError, tarfile.ReadError):
             super().__init__(url)
             return
         self.url = url
-        where = f"byte offset {offset}" if offset is not None else "unknown offset"
-        name = f"member {member!r}" if member else "tar header"
-        super().__init__(f"{url}: {reason} ({name} at {where})")
+        where = f"at byte offset {offset}" if offset is not None else "at an unknown offset"
+        name = f"member {shown_name(member)} " if member else ""
+        super().__init__(f"{url}: {reason} ({name}{where})")
+
+
+class NoSamplesError(ShardError, ValueError):
+    """A reader read shards and found no sample in any of them: webdataset's "No samples found"
+    error (a ValueError there too), naming the shards read."""
+
+    MESSAGE = (
+        "No samples found in dataset; perhaps you have fewer shards than workers.\n"
+        "Turn off using empty_check=False in the WebDataset constructor."
+    )
+
+    def __init__(self, urls: Any):
+        if isinstance(urls, str):  # rebuilt from its message (unpickling)
+            super().__init__(urls)
+            return
+        shown = ", ".join(list(urls)[:3]) + (f" and {len(urls) - 3} more" if len(urls) > 3 else "")
+        super().__init__(f"{self.MESSAGE} (read {len(urls)} shard(s): {shown})")
+        self.url = urls[0] if urls else None
 
 
 class SourceError(WdsxError, OSError):

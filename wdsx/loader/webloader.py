@@ -28,7 +28,7 @@ from wdsx.loader import transport
 from wdsx.pipeline import redeal
 from wdsx.pipeline.datapipeline import DataPipeline, register_with_torch
 from wdsx.pipeline.mixing import Mix
-from wdsx.stages.base import RedealTarget, Run, Stage, replay, source_index
+from wdsx.stages.base import Count, RedealTarget, Run, Stage, replay, source_index
 from wdsx.state.checkpoint import FORMAT, VERSION, JsonDict, PipelineState
 from wdsx.state.position import Position, PositionTable
 
@@ -260,6 +260,29 @@ class LoaderSource(Stage):
             return f"the dataset is a {type(dataset).__name__}, not a wdsx pipeline"
         reasons = dataset.not_resumable()
         return "; ".join(reasons) if reasons else None
+
+    def source_count(self, stages: Sequence[Stage], index: int, run: Run) -> Count | None:
+        """The DataLoader's batches this rank receives in the epoch: each worker's share of
+        the dataset, batched by the DataLoader when it batches."""
+        factory = self.factory
+        dataset = factory.dataset
+        if not isinstance(dataset, DataPipeline):
+            return None
+        topology = run.topology
+        dataset.prepare(distributed.Topology(topology.rank, topology.world_size, 0, 1), dataset.nsamples > 0)
+        workers = factory.loader_kwargs.get("num_workers", 0)
+        batch = factory.loader_kwargs.get("batch_size", 1)
+        drop_last = factory.loader_kwargs.get("drop_last", False)
+        items = samples = 0
+        single = batch is None
+        for worker in range(factory.slots):
+            reader = distributed.Topology(topology.rank, topology.world_size, worker, max(1, workers))
+            count = dataset.epoch_count(reader)
+            whole, rest = divmod(count.items, batch) if batch is not None else (count.items, 0)
+            items += whole + (1 if rest and not drop_last else 0)
+            samples += count.samples
+            single = single and count.single
+        return Count(items, samples, single)
 
     def shard_urls(self) -> Sequence[str] | None:
         dataset = self.factory.dataset

@@ -19,7 +19,7 @@ from wdsx.core import topology as distributed
 from wdsx.core.env import seed_from_environment
 from wdsx.core.errors import NotResumableError, StateError
 from wdsx.pipeline.fluid import FluidInterface
-from wdsx.stages.base import Run, Stage, as_stage, source_index, stage_keys
+from wdsx.stages.base import Count, Run, Stage, as_stage, source_index, stage_keys
 from wdsx.state.checkpoint import FORMAT as STATE_FORMAT
 from wdsx.state.checkpoint import VERSION, JsonDict, PipelineState, check_format, fingerprint_differences
 from wdsx.state.position import PositionTable
@@ -65,6 +65,7 @@ class _Stream:
         self.table = start.table() if start else PositionTable()
         # the with_epoch(n) this stream was made for: only such a stream continues across iter()
         self.limit = pipeline.nsamples
+        self.yielded = start.yielded if start else 0
         self.items = self._generate()
 
     def _generate(self) -> Generator[Any, None, None]:
@@ -79,10 +80,15 @@ class _Stream:
             chain: Iterator = iter(())
             for index, stage in enumerate(stages):
                 chain = stage.apply(chain, run, index)
+            if not restore:
+                self.yielded = 0
             first = next(chain, _NOTHING)
             if first is not _NOTHING:
+                self.yielded += 1
                 yield first
-                yield from chain
+                for item in chain:
+                    self.yielded += 1
+                    yield item
             self.run = None
             self.epoch += 1
             self.passes -= 1
@@ -98,7 +104,7 @@ class _Stream:
             state.epoch, state.stages, state.urls = self.start.epoch, dict(self.start.stages), self.start.urls
         elif self.run is not None:
             state.epoch, state.stages = self.run.epoch, self.run.snapshot()
-        state.nominal, state.passes = self.nominal, self.passes
+        state.nominal, state.passes, state.yielded = self.nominal, self.passes, self.yielded
         state.urls = list(self.table.urls) if self.started else state.urls
         return state
 
@@ -195,12 +201,45 @@ class DataPipeline(FluidInterface):
         self._next_epoch = epoch
 
     def __len__(self) -> int:
-        if self.size is None:
+        """Items the next ``iter()`` yields in this process: from ``with_length(n)`` or
+        ``with_epoch(n)``, else computed from the per-shard sample counts and the stages
+        (a pipeline resumed from a checkpoint reports what is left of its epoch). A
+        ``TypeError`` says why when that cannot be known."""
+        if self.size is not None:
+            return self.size
+        topology = distributed.current(self._captured)
+        self.prepare(topology, endless=self.nsamples > 0 or self.repetitions == sys.maxsize)
+        return self.epoch_count(topology).items - self._yielded_already()
+
+    def _yielded_already(self) -> int:
+        return self._pending.yielded if self._pending is not None and self.nsamples <= 0 else 0
+
+    def _epoch_to_count(self) -> int:
+        return self._pending.epoch if self._pending is not None else self._next_epoch
+
+    def epoch_count(self, topology: distributed.Topology) -> Count:
+        """What one ``iter()`` of this pipeline yields for the reader at ``topology``."""
+        if self.nsamples > 0:
+            return Count(self.nsamples, self.nsamples, False)
+        if self.repetitions == sys.maxsize:
+            raise TypeError(f"{type(self).__name__} repeats without end: it has no len()")
+        index = source_index(self.pipeline)
+        if index is None:
             raise TypeError(
                 f"{type(self).__name__} has no len(); use .with_length(n) if a framework needs one "
                 "(if a torch DataLoader asks, import torch before creating the dataset)"
             )
-        return self.size
+        run = Run(self.pipeline, self._epoch_to_count(), self.seed, topology)
+        count = self.pipeline[index].source_count(self.pipeline, index, run)
+        if count is None:
+            raise TypeError(f"{self.pipeline[index].describe()} cannot say how many items an epoch has")
+        for stage in self.pipeline[index + 1 :]:
+            assert count is not None
+            count = stage.count_after(count)
+            if count is None:
+                raise TypeError(f"{stage.describe()} changes the number of items unpredictably: no len()")
+        assert count is not None
+        return Count(count.items * self.repetitions, count.samples * self.repetitions, count.single)
 
     # --- iterating --------------------------------------------------------------------
     def __iter__(self) -> Iterator:

@@ -29,7 +29,7 @@ from wdsx.core.errors import StateError
 from wdsx.core.topology import Topology
 from wdsx.pipeline import redeal
 from wdsx.pipeline.datapipeline import DataPipeline
-from wdsx.stages.base import RedealTarget, Run, Stage, replay, source_index, stage_keys
+from wdsx.stages.base import Count, RedealTarget, Run, Stage, replay, source_index, stage_keys
 from wdsx.stages.batch import default_collation_fn
 from wdsx.state.checkpoint import JsonDict, PipelineState
 from wdsx.state.position import Position, PositionTable
@@ -140,6 +140,17 @@ class MixSource(Stage):
         reasons = [f"source {k}: {r}" for k, s in enumerate(self.sources) for r in s.not_resumable()]
         return "; ".join(reasons) if reasons else None
 
+    def source_count(self, stages: Sequence[Stage], index: int, run: Run) -> Count | None:
+        """Under ``stop="all"`` a reader yields all of its share of every source."""
+        if self.stop != "all":
+            return None
+        counts = [source.epoch_count(run.topology) for source in self.sources]
+        samples = sum(c.samples for c in counts)
+        if self.batch_size is None:
+            return Count(sum(c.items for c in counts), samples, all(c.single for c in counts))
+        whole = [divmod(c.items, self.batch_size) for c in counts]
+        return Count(sum(n + (1 if rest and self.partial else 0) for n, rest in whole), samples, False)
+
     def shard_urls(self) -> list[str]:
         return [url for k in range(len(self.sources)) for url in self._urls_of(k)]
 
@@ -213,7 +224,8 @@ class MixSource(Stage):
                 items, positions = self._draw(state, iterators, k)
                 if not items or (self.batch_size is not None and len(items) < self.batch_size):
                     state.active[k] = False
-                    if self.stop == "first":
+                    if self.stop == "first":  # the mixture ends: a resumed one must not go on
+                        state.active = [False] * len(state.active)
                         if items and self.partial:
                             yield self._finish(run, state, k, items, positions)
                         return

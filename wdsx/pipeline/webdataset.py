@@ -136,6 +136,7 @@ class WebDataset(DataPipeline):
             custom_split=custom,
             counts=self._initial_counts(counts),
             remainder=remainder,
+            empty_check=empty_check,
         )
         self.append(self.reader)
         if repeat:
@@ -156,7 +157,7 @@ class WebDataset(DataPipeline):
             if found is None:
                 raise ValueError(f"manifest {manifest} not found")
             return found, manifest
-        if any(url.startswith("pipe:") for url in self.urls):
+        if any(url.startswith("pipe:") for url in self.urls):  # never derive a command to run
             return None, None
         url = manifest_url_for_shard(self.urls[0])
         try:

@@ -315,6 +315,24 @@ class EpochDeal:
         plans = plan_epoch(readers, self._counts_in(order), len(order), self.batch, self.partial, remainder)
         return plans[reader]
 
+    def share_size(self, seed: int, epoch: int, reader: int, readers: int, world_size: int) -> int:
+        """How many samples reader ``reader`` of ``readers`` reads in ``epoch`` (padding
+        included); needs the per-shard counts."""
+        if self.counts is None:
+            raise TypeError(
+                "the number of samples per shard is unknown: write a manifest beside the shards "
+                "(`wdsx index URLS`), pass counts=[...] or counts='scan', or set .with_epoch(n)"
+            )
+        counts = self._counts_in(self.order(seed, epoch))
+        assert counts is not None
+        plan = self.plan(seed, epoch, reader, readers, world_size)
+        pieces_size = sum(
+            (counts[piece.pos] if piece.stop is None else piece.stop) - piece.first
+            for span in plan.spans
+            for piece in pieces(span)
+        )
+        return len(plan.leftovers) + pieces_size
+
     def redeal(
         self,
         seed: int,

@@ -26,6 +26,7 @@ from typing import Any
 
 from wdsx.core.compression import SHARD_SUFFIXES, uncompressed
 from wdsx.read.samples import Cursor, group_members
+from wdsx.read.shard import bytes_left
 from wdsx.read.tar import scan_headers
 from wdsx.sources import SourceOptions, open_sink, open_source
 
@@ -44,12 +45,24 @@ def _manifest_name(directory: str, stem: str) -> str:
     return directory + (f"{stem}.manifest.json" if stem else "manifest.json")
 
 
+def _refuse_commands(url: str) -> None:
+    """A manifest URL derived from a ``pipe:`` URL would be a shell command nobody wrote
+    (``pipe:CMD x.tar`` -> ``pipe:CMD x.manifest.json``): never derive one."""
+    if url.startswith("pipe:"):
+        raise ValueError(
+            f"no manifest URL can be derived from {url!r}: it would run a command you did not write; "
+            "name the manifest explicitly"
+        )
+
+
 def manifest_url_for_pattern(pattern: str) -> str:
     """The manifest URL for a shard pattern: ``out/train-%06d.tar`` -> ``out/train.manifest.json``.
 
     Same directory; the basename up to the ``%`` directive with trailing ``-_.`` removed, or
     ``manifest.json`` when nothing is left (``s3://b/p/%05d.tar`` -> ``s3://b/p/manifest.json``).
+    ValueError for a ``pipe:`` pattern.
     """
+    _refuse_commands(pattern)
     directory, base = _split_dir(pattern)
     if "%" not in base:
         return manifest_url_for_shard(pattern)
@@ -57,13 +70,21 @@ def manifest_url_for_pattern(pattern: str) -> str:
 
 
 def manifest_url_for_shard(url: str) -> str:
-    """The manifest URL for one shard: ``out/train-000003.tar`` -> ``out/train.manifest.json``."""
+    """The manifest URL for one shard: ``out/train-000003.tar`` -> ``out/train.manifest.json``.
+    ValueError for a ``pipe:`` URL."""
+    _refuse_commands(url)
     directory, base = _split_dir(url)
     for suffix in SHARD_SUFFIXES:
         if base.endswith(suffix):
             base = base[: -len(suffix)]
             break
     return _manifest_name(directory, base.rstrip("0123456789"))
+
+
+def manifest_url_beside(url: str) -> str | None:
+    """Where the manifest of the shard at ``url`` would be, or None for a ``pipe:`` shard (whose
+    manifest cannot be looked up without running a command nobody wrote)."""
+    return None if url.startswith("pipe:") else manifest_url_for_shard(url)
 
 
 def natural_key(name: str) -> list[Any]:
@@ -224,10 +245,14 @@ def _count(
     skip: Callable[[int], object] | None,
     rename_files: Callable[[str], str] | None = None,
     select_files: Callable[[str], bool] | None = None,
+    available: int | None = None,
 ) -> int:
-    """Samples in a tar stream, grouped exactly as readers group them; compression is detected."""
+    """Samples in a tar stream, grouped exactly as readers group them; compression is detected.
+    ``available``: the stream's size, when known (a local file)."""
     stream, compressed = uncompressed(read)
-    headers = scan_headers(stream.read, None if compressed else skip, url)
+    if compressed:
+        skip = available = None
+    headers = scan_headers(stream.read, skip, url, available=available)
     members = ((name, offset, b"") for name, offset, _ in headers)
     samples = group_members(members, url, Cursor(0, 0), rename_files=rename_files, select_files=select_files)
     return sum(1 for _ in samples)
@@ -247,7 +272,7 @@ def scan_counts(
     """
     with open_source(url, 0, options) as source:
         skip = source.skip if source.local_path else None
-        return _count(url, source.read, skip, rename_files, select_files)
+        return _count(url, source.read, skip, rename_files, select_files, bytes_left(source, 0))
 
 
 class _Hashing:
@@ -269,7 +294,7 @@ def index_shard(url: str, options: SourceOptions | None = None) -> ShardEntry:
     """Read the shard at ``url`` once: its manifest entry, with sample count, size and SHA-256."""
     with open_source(url, 0, options) as source:
         hashing = _Hashing(source.read)
-        samples = _count(url, hashing.read, None)
+        samples = _count(url, hashing.read, None, available=bytes_left(source, 0))
         _read_all(hashing.read)  # the end-of-archive padding, or the compressed stream's tail
     return ShardEntry(posixpath.basename(url), samples, hashing.size, hashing.digest.hexdigest())
 

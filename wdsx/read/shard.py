@@ -10,17 +10,19 @@ skipped (logged once per shard).
 from __future__ import annotations
 
 import logging
+import os
+import stat
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
-from wdsx.core.compression import named_compressed, uncompressed
+from wdsx.core.compression import DecompressionError, named_compressed, uncompressed
 from wdsx.core.errors import Handler, ShardError, reraise_exception
 from wdsx.core.streams import Prefixed
 from wdsx.read.samples import POSITION, Cursor, group_members, sample_starts
-from wdsx.read.tar import BLOCK, iter_members, looks_like_header, read_exact, scan_headers
-from wdsx.sources import SourceOptions, open_source, scheme_of
+from wdsx.read.tar import BLOCK, Member, iter_members, looks_like_header, read_exact, scan_headers
+from wdsx.sources import LocalSource, Source, SourceOptions, open_source, scheme_of
 from wdsx.sources.prefetch import Prefetcher
 from wdsx.state.position import Position
 
@@ -38,6 +40,8 @@ class ReadSettings:
     add_local_path: bool = False
     sha256: dict[str, str] | None = None
     """Expected SHA-256 per URL (from a manifest), checked when shards go through the cache."""
+    max_member: int | None = None
+    """The largest tar member accepted, in bytes; None: ``WDSX_MAX_MEMBER_BYTES``, else 16 GiB."""
 
     def expected_hash(self, url: str) -> str | None:
         return self.sha256.get(url) if self.sha256 else None
@@ -46,6 +50,18 @@ class ReadSettings:
 def stream_offset(url: str, offset: int) -> int:
     """Where a shard's byte stream must be opened to reach tar offset ``offset``."""
     return 0 if named_compressed(url) else offset
+
+
+def bytes_left(source: Source, opened_at: int) -> int | None:
+    """How many bytes a source opened at ``opened_at`` still holds, when that is known: for a
+    regular local file, its size. (A cache entry may still be growing, a pipe has no size.)"""
+    if not isinstance(source, LocalSource) or source.local_path is None:
+        return None
+    try:
+        status = os.stat(source.local_path)
+    except OSError:
+        return None
+    return max(0, status.st_size - opened_at) if stat.S_ISREG(status.st_mode) else None
 
 
 class _TarStream:
@@ -71,11 +87,14 @@ class _TarStream:
 
     def _position(self, url: str, offset: int, opened_at: int, settings: ReadSettings) -> None:
         self.local_path = self.source.local_path
+        self.available: int | None = None
+        """Bytes of the tar stream from ``offset`` to its end, when known (local plain files)."""
         if opened_at:
             head = read_exact(self.source.read, BLOCK)
             if looks_like_header(head):
                 stream: Any = Prefixed(head, self.source.read, self.source.readinto)
                 self.read, self.readinto = stream.read, stream.readinto
+                self.available = bytes_left(self.source, opened_at)
                 return
             self.source.close()
             self.source = open_source(url, 0, settings.options, sha256=settings.expected_hash(url))
@@ -83,14 +102,19 @@ class _TarStream:
         self.read, self.readinto = stream.read, stream.readinto
         if offset and not compressed:
             raise ShardError(url, offset, "no tar header at the resume offset (was the shard rewritten?)")
+        if not compressed:
+            self.available = bytes_left(self.source, 0)
         if offset:
             log.info("%s is compressed: reading it from the start to reach offset %d", url, offset)
             remaining = offset
-            while remaining > 0:
-                skipped = len(self.read(min(remaining, 1 << 20)))
-                if not skipped:
-                    raise ShardError(url, offset, "compressed shard ends before the resume offset")
-                remaining -= skipped
+            try:
+                while remaining > 0:
+                    skipped = len(self.read(min(remaining, 1 << 20)))
+                    if not skipped:
+                        raise ShardError(url, offset, "compressed shard ends before the resume offset")
+                    remaining -= skipped
+            except DecompressionError as exn:
+                raise ShardError(url, offset - remaining, str(exn)) from exn
 
     def close(self) -> None:
         self.source.close()
@@ -103,12 +127,15 @@ def read_piece(
     settings: ReadSettings,
     extra: dict[str, Any] | None = None,
     prefetcher: Prefetcher | None = None,
+    count: int | None = None,
 ) -> Generator[dict[str, Any], None, None]:
     """Samples of one shard from ``cursor`` (offset and ordinal) up to ordinal ``stop``.
 
     A cursor whose offset is None starts at its ordinal: local shards find it by scanning
     headers, other shards are read from the start and the samples before it skipped.
-    ``prefetcher`` hands over the shard if it was opened ahead of time.
+    ``prefetcher`` hands over the shard if it was opened ahead of time. ``count``, when known
+    (a manifest, ``counts=``), is how many samples the shard holds: a shard that ends with
+    fewer is an error, not a silent loss.
     """
     offset, first = cursor.offset, cursor.ordinal
     if offset is None:
@@ -122,12 +149,18 @@ def read_piece(
             extra = {**(extra or {}), "__local_path__": stream.local_path}
         if offset is None:
             cursor.offset, cursor.ordinal = 0, 0
-        members = iter_members(stream, url, offset or 0, settings.options.chunk)
-        failure: list[Exception] = []
-        if settings.handler is not reraise_exception:
-            members = _until_error(members, failure)
+        parsed = iter_members(
+            stream,
+            url,
+            offset or 0,
+            settings.options.chunk,
+            available=stream.available,
+            max_member=settings.max_member,
+        )
+        ended: list[int] = []
+        failure: list[Exception] | None = None if settings.handler is reraise_exception else []
         samples = group_members(
-            members,
+            _watched(parsed, ended, failure),
             url,
             cursor,
             stop=stop,
@@ -146,16 +179,28 @@ def read_piece(
             yield from samples
         if failure:
             raise failure[0]
+        if count is not None and ended and cursor.ordinal < count:
+            raise ShardError(
+                url,
+                ended[0],
+                f"the shard ends after {cursor.ordinal} samples, but its sample count (from its manifest "
+                f"or counts=) is {count}",
+            )
     finally:
         stream.close()
 
 
-def _until_error(members: Iterator, failure: list[Exception]) -> Iterator:
-    """Pass members through; on a read error, end the stream and keep the error, so that the
-    sample being grouped is still delivered before the error reaches a continuing handler."""
+def _watched(
+    members: Generator[Member, None, int], ended: list[int], failure: list[Exception] | None
+) -> Iterator[Member]:
+    """Pass members through and note where the archive ended. With ``failure`` (a continuing
+    handler), a read error ends the members and is kept there, so that the sample being
+    grouped is still delivered before the error reaches the handler."""
     try:
-        yield from members
+        ended.append((yield from members))
     except Exception as exn:
+        if failure is None:
+            raise
         failure.append(exn)
 
 
@@ -171,7 +216,9 @@ def _locate(url: str, ordinal: int, settings: ReadSettings) -> int | None:
         stream, compressed = uncompressed(source.read)
         if source.local_path is None or compressed:
             return None
-        headers = scan_headers(stream.read, source.skip, url)
+        headers = scan_headers(
+            stream.read, source.skip, url, available=bytes_left(source, 0), max_member=settings.max_member
+        )
         for found, offset in sample_starts(headers, settings.rename_files, settings.select_files):
             if found == ordinal:
                 return offset

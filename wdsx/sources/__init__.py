@@ -82,7 +82,9 @@ def open_source(
         return LocalSource(url, local_path(url) or url, offset)
     opener = _handler(_OPENERS, scheme)
     if opener is None:
-        raise SourceError(url, f"no reader for URL scheme {scheme!r} (and fsspec does not know it)")
+        raise SourceError(
+            url, f"no reader for URL scheme {scheme!r}, nor an fsspec filesystem (pip install 'wdsx[fsspec]')"
+        )
     if options.cache_dir:
         from wdsx.sources.cache import open_cached
 
@@ -115,8 +117,10 @@ def _handler(table: dict[str, Any], scheme: str) -> Any:
     if scheme in _OPENERS:
         return table.get(scheme)
     if FALLBACK in table and scheme not in ("file", "pipe"):
-        from wdsx.sources.fsspec_store import knows_protocol
-
+        try:
+            from wdsx.sources.fsspec_store import knows_protocol
+        except ImportError:
+            return None
         if knows_protocol(scheme):
             return table[FALLBACK]
     return None

@@ -143,6 +143,7 @@ def azure_errors(url: str, doing: str) -> Iterator[None]:
     except HttpResponseError as exn:
         status = exn.status_code or 0
         code = getattr(exn, "error_code", None) or exn.reason or type(exn).__name__
+        code = getattr(code, "value", code)
         message = str(exn.message or "").splitlines()
         said = f"{code} (HTTP {status})" + (f": {message[0]}" if message else "")
         if status >= 500 or status in (408, 429):

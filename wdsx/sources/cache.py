@@ -258,7 +258,7 @@ class _Download:
                 digest.update(data)
             size += len(data)
         os.fsync(self._file)
-        if digest is not None and digest.hexdigest() != self._sha256.lower():
+        if digest is not None and digest.hexdigest() != (self._sha256 or "").lower():
             raise SourceError(
                 self.url,
                 f"sha256 mismatch: expected {self._sha256}, downloaded {size} bytes with sha256 "

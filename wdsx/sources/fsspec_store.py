@@ -26,8 +26,15 @@ _PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirecto
 
 
 def knows_protocol(scheme: str) -> bool:
-    """Whether fsspec has a filesystem for ``scheme`` (its package may still be missing)."""
-    return scheme in fsspec.available_protocols()
+    """Whether fsspec has a filesystem for ``scheme`` (its package may still be missing: opening
+    a URL then says which)."""
+    try:
+        fsspec.get_filesystem_class(scheme)
+    except ValueError:
+        return False
+    except ImportError:
+        return True
+    return True
 
 
 def _filesystem(url: str, options: SourceOptions) -> tuple[Any, str]:

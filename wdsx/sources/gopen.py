@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import io
 import sys
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from wdsx.sources import open_sink, open_source
 from wdsx.sources.base import Sink, Source, SourceOptions
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer, WriteableBuffer
 
 
 class _SourceFile(io.RawIOBase):
@@ -19,9 +22,10 @@ class _SourceFile(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: memoryview) -> int:
-        data = self.source.read(len(buffer))
-        buffer[: len(data)] = data
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        view = memoryview(buffer).cast("B")
+        data = self.source.read(len(view))
+        view[: len(data)] = data
         return len(data)
 
     def close(self) -> None:
@@ -40,9 +44,10 @@ class _SinkFile(io.RawIOBase):
     def writable(self) -> bool:
         return True
 
-    def write(self, data: bytes) -> int:
-        self.sink.write(bytes(data))
-        return len(data)
+    def write(self, data: ReadableBuffer) -> int:
+        chunk = bytes(data)
+        self.sink.write(chunk)
+        return len(chunk)
 
     def close(self) -> None:
         if not self.closed:

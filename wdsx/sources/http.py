@@ -55,7 +55,13 @@ class _KeepCredentialsOnHost(urllib.request.HTTPRedirectHandler):
     """Follows redirects, but sends ``Authorization`` only to the host it was meant for."""
 
     def redirect_request(
-        self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str, headers: Message, newurl: str
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: http.client.HTTPMessage,
+        newurl: str,
     ) -> urllib.request.Request | None:
         new = super().redirect_request(req, fp, code, msg, headers, newurl)
         if new is not None and urlsplit(newurl).netloc != urlsplit(req.full_url).netloc:

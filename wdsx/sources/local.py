@@ -33,8 +33,9 @@ class LocalSource(Source):
             raise SourceError(url, f"cannot open: {exn.strerror or exn}") from exn
         if offset:
             self._file.seek(offset)
-        self.read = self._file.read
-        self.readinto = self._file.readinto
+        # The file's own methods, bound per instance: no Python frame between the reader and the OS.
+        self.read = self._file.read  # type: ignore[method-assign,assignment]
+        self.readinto = self._file.readinto  # type: ignore[method-assign,assignment]
 
     def skip(self, n: int) -> None:
         self._file.seek(n, os.SEEK_CUR)
@@ -55,7 +56,7 @@ class LocalSink(Sink):
             prefix="." + os.path.basename(path) + ".", suffix=".partial", dir=directory
         )
         self._file = os.fdopen(fd, "wb")
-        self.write = self._file.write
+        self.write = self._file.write  # type: ignore[method-assign,assignment]
 
     def commit(self) -> None:
         if self._file.closed:

@@ -31,12 +31,16 @@ _GRACE_SECONDS = 1.0
 """How long a stopped command may take to exit before it gets SIGTERM, then SIGKILL."""
 
 
-def _start(url: str, options: SourceOptions, **pipes: int) -> subprocess.Popen:
+def _start(
+    url: str, options: SourceOptions, stdin: int | None = None, stdout: int | None = None
+) -> subprocess.Popen[bytes]:
     if not options.allow_pipe or secure_mode():
         raise SourceError(url, "pipe: URLs are disabled (WDS_SECURE=1 or SourceOptions(allow_pipe=False))")
     command = url[len("pipe:") :]
     try:
-        return subprocess.Popen(command, shell=True, bufsize=options.chunk, start_new_session=True, **pipes)
+        return subprocess.Popen(
+            command, shell=True, bufsize=options.chunk, start_new_session=True, stdin=stdin, stdout=stdout
+        )
     except OSError as exn:
         raise SourceError(url, f"cannot start command {command!r}: {exn}") from exn
 
@@ -139,7 +143,8 @@ class PipeSource(Source):
         self.local_path = None
         self._options = options
         self._process = _start(url, options, stdout=subprocess.PIPE)
-        self._stdout = self._process.stdout
+        assert self._process.stdout is not None
+        self._stdout: IO[bytes] = self._process.stdout
         self._ended = False
         self._closed = False
         if offset:
@@ -200,10 +205,11 @@ class PipeSink(Sink):
     def __init__(self, url: str, options: SourceOptions | None = None):
         self.url = url
         self._process = _start(url, options or SourceOptions(), stdin=subprocess.PIPE)
-        self._stdin = self._process.stdin
+        assert self._process.stdin is not None
+        self._stdin: IO[bytes] = self._process.stdin
         self._finished = False
 
-    def write(self, data: bytes) -> int:
+    def write(self, data: bytes | bytearray | memoryview) -> int:
         try:
             return self._stdin.write(data)
         except BrokenPipeError as exn:

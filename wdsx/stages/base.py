@@ -31,6 +31,16 @@ S = TypeVar("S", bound=StageState)
 
 
 @dataclass(frozen=True)
+class Count:
+    """How many items a stage yields in one epoch, and how many samples they hold."""
+
+    items: int
+    samples: int
+    single: bool = True
+    """Each item is one sample (not a batch)."""
+
+
+@dataclass(frozen=True)
 class RedealTarget:
     """The topology a checkpoint is re-dealt from and to."""
 
@@ -171,6 +181,16 @@ class Stage:
     def epoch_deal(self, stages: Sequence[Stage], index: int) -> EpochDeal | None:
         """How this stage, as stage ``index`` of ``stages``, deals epochs to readers: None
         unless it reads a fixed shard list (re-dealing a checkpoint needs one)."""
+        return None
+
+    def count_after(self, count: Count) -> Count | None:
+        """What this stage yields in an epoch given ``count`` from upstream; None when that
+        cannot be known in advance (filters, opaque functions)."""
+        return None
+
+    def source_count(self, stages: Sequence[Stage], index: int, run: Run) -> Count | None:
+        """For the stage that produces a pipeline's items: what it yields in ``run``'s epoch
+        for ``run``'s reader (None when unknown)."""
         return None
 
     def shard_urls(self) -> Sequence[str] | None:

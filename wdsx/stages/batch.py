@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from wdsx.stages.base import Run, Stage
+from wdsx.stages.base import Count, Run, Stage
 from wdsx.stages.buffer import Buffer, attach_buffer
 
 
@@ -94,6 +94,14 @@ class Batched(Stage):
     def describe(self) -> str:
         return f"batched({self.batchsize}, partial={self.partial})"
 
+    def count_after(self, count: Count) -> Count | None:
+        whole, rest = divmod(count.items, self.batchsize)
+        if self.partial:
+            return Count(whole + (1 if rest else 0), count.samples, False)
+        if not count.single:
+            return None
+        return Count(whole, whole * self.batchsize, False)
+
     def _collate(self, items: list) -> Any:
         return items if self.collation_fn is None else self.collation_fn(items)
 
@@ -155,6 +163,9 @@ class Unbatched(Stage):
 
     def describe(self) -> str:
         return self.label
+
+    def count_after(self, count: Count) -> Count | None:
+        return count if count.single else Count(count.samples, count.samples)
 
     def replay(self, item: Any) -> Any:
         return self.rows(item)[0]

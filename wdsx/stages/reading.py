@@ -14,14 +14,14 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any
 
 from wdsx.core import rng
-from wdsx.core.errors import Handler, StateError, reraise_exception
+from wdsx.core.errors import Handler, NoSamplesError, StateError, reraise_exception
 from wdsx.read import deal as planning
 from wdsx.read.progress import ReaderProgress, upgrade_plan_v2
 from wdsx.read.samples import POSITION, Cursor
 from wdsx.read.shard import ReadSettings, read_piece, read_positions, stream_offset
 from wdsx.sources import SourceOptions
 from wdsx.sources.prefetch import Prefetcher
-from wdsx.stages.base import Run, Stage, batch_hint
+from wdsx.stages.base import Count, Run, Stage, batch_hint
 from wdsx.state.checkpoint import JsonDict
 from wdsx.state.position import Position, PositionTable
 
@@ -71,6 +71,8 @@ class ShardReader(ShardStage):
         remainder: how unequal shares are evened out: "exact", "pad" or "drop"; None picks
             "pad" in multi-rank jobs (so every rank yields the same number of batches) and
             "exact" otherwise.
+        empty_check: a share of shards that holds no sample at all raises webdataset's
+            "No samples found" error (:class:`~wdsx.core.errors.NoSamplesError`).
     """
 
     state_key = "reader"
@@ -87,6 +89,7 @@ class ShardReader(ShardStage):
         custom_split: tuple[Callable | None, Callable | None] | None = None,
         counts: Sequence[int] | None = None,
         remainder: str | None = None,
+        empty_check: bool = False,
     ):
         super().__init__(settings)
         self.deal = planning.EpochDeal(
@@ -94,6 +97,7 @@ class ShardReader(ShardStage):
         ).with_counts(counts)
         self.resampled = resampled
         self.custom_split = custom_split
+        self.empty_check = empty_check
         self._fingerprint = rng.derive_seed("\n".join(urls))
 
     @property
@@ -116,6 +120,17 @@ class ShardReader(ShardStage):
                 "elastic resume is not possible with custom nodesplitter/workersplitter functions"
             )
         return self.deal.with_batching(*batch_hint(stages, index))
+
+    def source_count(self, stages: Sequence[Stage], index: int, run: Run) -> Count | None:
+        if self.resampled or self.custom_split is not None:
+            return None
+        deal = self.epoch_deal(stages, index)
+        topology = run.topology
+        me, readers = deal.reader_of(
+            topology.rank, topology.world_size, topology.worker, topology.num_workers
+        )
+        samples = deal.share_size(run.seed, run.epoch, me, readers, topology.world_size)
+        return Count(samples, samples)
 
     def shard_urls(self) -> Sequence[str]:
         return self.urls
@@ -172,6 +187,10 @@ class ShardReader(ShardStage):
             run.position = sample[POSITION]
             yield sample
         work = _remaining_work(plan, progress, restored)
+        counts = self.deal.counts
+        # Without counts, a share that yields nothing at all is the loss webdataset reports
+        # (with counts, read_piece already checks each shard).
+        nothing = self.empty_check and counts is None and not restored and not plan.leftovers
         with Prefetcher(settings.options) as prefetcher:
             for number, (span_index, piece, cursor) in enumerate(work):
                 for _, ahead, _ in work[number + 1 : number + 1 + settings.options.prefetch]:
@@ -181,10 +200,14 @@ class ShardReader(ShardStage):
                         prefetcher.schedule(ahead_url, offset, settings.expected_hash(ahead_url))
                 progress.span, progress.pos, progress.cursor = span_index, piece.pos, cursor
                 extra = {"__pad__": True} if piece.pad else None
-                samples = read_piece(urls[order[piece.pos]], cursor, piece.stop, settings, extra, prefetcher)
+                count = None if counts is None else counts[order[piece.pos]]
+                samples = read_piece(urls[order[piece.pos]], cursor, piece.stop, settings, extra, prefetcher, count)
                 if not (yield from _deliver(samples, run, handler, cursor)):
                     progress.done = True
                     return
+                nothing = nothing and cursor.ordinal <= piece.first
+        if nothing and work:
+            raise NoSamplesError([urls[order[piece.pos]] for _, piece, _ in work])
         progress.span = len(plan.spans)
         progress.done = True
 

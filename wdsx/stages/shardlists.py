@@ -22,7 +22,7 @@ import braceexpand
 from wdsx.core import rng
 from wdsx.core import topology as distributed
 from wdsx.read.deal import epoch_order
-from wdsx.sources import SourceOptions, list_shards
+from wdsx.sources import SourceOptions, list_shards, lister_for
 from wdsx.stages.base import Run, Stage
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
@@ -58,9 +58,9 @@ def expand_urls(urls: str | Iterable[str], options: SourceOptions | None = None)
 
 
 def _listed(url: str, options: SourceOptions | None) -> list[str]:
-    """A URL, or the shards a glob or an ``s3://.../`` prefix names."""
+    """A URL, or the shards a glob or a remote prefix (``s3://.../``, ``gs://.../``...) names."""
     if url.startswith("pipe:") or not (
-        _GLOB_CHARS.search(url) or (url.startswith("s3://") and url.endswith("/"))
+        _GLOB_CHARS.search(url) or (url.endswith("/") and lister_for(url) is not None)
     ):
         return [url]
     found = list_shards(url, options)

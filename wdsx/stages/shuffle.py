@@ -12,7 +12,7 @@ import random
 from collections.abc import Iterator
 
 from wdsx.core import rng
-from wdsx.stages.base import Run, Stage
+from wdsx.stages.base import Count, Run, Stage
 from wdsx.stages.buffer import Buffer, attach_buffer
 
 
@@ -33,6 +33,9 @@ class Shuffle(Stage):
         self.initial = min(initial, bufsize)
         self.rng = rng
         self.seed = seed
+
+    def count_after(self, count: Count) -> Count:
+        return count
 
     def describe(self) -> str:
         return f"shuffle({self.bufsize}, initial={self.initial})"

@@ -18,7 +18,7 @@ from typing import Any
 from wdsx.codecs.decode import Decoder, ImageHandler
 from wdsx.core import rng
 from wdsx.core.errors import Handler, reraise_exception
-from wdsx.stages.base import Run, Stage
+from wdsx.stages.base import Count, Run, Stage
 from wdsx.state.checkpoint import JsonDict
 from wdsx.state.position import Position, PositionTable
 
@@ -56,6 +56,11 @@ class Transform(Stage):
 
     def replay(self, item: Any) -> Any:
         return self.fn(item)
+
+    def count_after(self, count: Count) -> Count:
+        """One output per input (a function returning None, which drops the item, makes an
+        epoch shorter than this says)."""
+        return count
 
     def describe(self) -> str:
         return self.label
@@ -350,6 +355,13 @@ class Slice(Stage):
                 yield item
             if stop is not None and counter.count >= stop:
                 return
+
+    def count_after(self, count: Count) -> Count:
+        taken = len(
+            range(self.start, count.items if self.stop is None else min(self.stop, count.items), self.step)
+        )
+        samples = taken if count.single else count.samples * taken // max(1, count.items)
+        return Count(taken, samples, count.single)
 
     def describe(self) -> str:
         return f"slice({self.start}, {self.stop}, {self.step})"

@@ -66,6 +66,8 @@ class PipelineState:
     """Passes of ``repeat(n)`` still to run, the current one included."""
     finished: bool = False
     """This reader's share of the epoch is exhausted (set by WebLoader workers)."""
+    yielded: int = 0
+    """Items the pipeline has yielded in this epoch (what ``len()`` of a resumed one subtracts)."""
 
     def table(self) -> PositionTable:
         """The URL table stage states wrote their positions against."""
@@ -83,6 +85,7 @@ class PipelineState:
             "nominal": self.nominal,
             "passes": self.passes,
             "urls": list(self.urls),
+            "yielded": self.yielded,
         }
         if self.finished:
             data["finished"] = True
@@ -109,6 +112,7 @@ class PipelineState:
                 nominal=int(data.get("nominal", 0)),
                 passes=int(data.get("passes") or 0),
                 finished=bool(data.get("finished", False)),
+                yielded=int(data.get("yielded", 0)),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise StateError(f"malformed {FORMAT} checkpoint: {error!r}") from error

@@ -1,0 +1,225 @@
+"""Mixing datasets: proportions, exact resume, elastic resume, and webdataset's RandomMix and
+RoundRobin as oracles.
+
+Proportions are checked with a chi-square goodness-of-fit test at p = 0.001 (critical values
+from the chi-square table); resumption against an uninterrupted run of the same mixture.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from collections import Counter
+
+import pytest
+import webdataset
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import wdsx
+from tests.fixtures.shards import make_shards
+
+CHI2_CRITICAL_P001 = {1: 10.828, 2: 13.816, 4: 18.467}
+"""Upper 0.001 quantiles of the chi-square distribution, by degrees of freedom."""
+
+
+def chi_square(observed: list[int], weights: list[float]) -> float:
+    total = sum(observed)
+    expected = [total * w / sum(weights) for w in weights]
+    return sum((o - e) ** 2 / e for o, e in zip(observed, expected))
+
+
+def endless_sources(count: int) -> list[wdsx.DataPipeline]:
+    """In-memory sources tagged with their index, long enough to rarely restart."""
+    return [wdsx.DataPipeline([(k, i) for i in range(1000)]) for k in range(count)]
+
+
+@pytest.mark.parametrize("weights", [[0.7, 0.3], [5, 3, 2], [1, 2, 3, 4, 10]], ids=["2", "3", "5"])
+@pytest.mark.parametrize("batch_size", [None, 3], ids=["items", "batches"])
+def test_realised_proportions_match_the_weights(weights, batch_size):
+    mix = wdsx.Mix(
+        endless_sources(len(weights)), weights, stop="never", batch_size=batch_size, collation_fn=None, seed=7
+    )
+    draws = list(itertools.islice(iter(mix), 100_000))
+    sources = [draw[0][0] if batch_size else draw[0] for draw in draws]
+    if batch_size:
+        assert all({k for k, _ in draw} == {draw[0][0]} and len(draw) == batch_size for draw in draws)
+    observed = [sources.count(k) for k in range(len(weights))]
+    assert chi_square(observed, weights) < CHI2_CRITICAL_P001[len(weights) - 1]
+
+
+def shards_for(tmp_path_factory, name: str, counts: list[int]):
+    return make_shards(str(tmp_path_factory.mktemp(name)), counts)
+
+
+@pytest.fixture(scope="module")
+def three(tmp_path_factory):
+    return [
+        shards_for(tmp_path_factory, "a", [23, 17, 30]),
+        shards_for(tmp_path_factory, "b", [11, 9]),
+        shards_for(tmp_path_factory, "c", [40]),
+    ]
+
+
+def tagged(shards, bufsize: int) -> wdsx.DataPipeline:
+    """A source whose items name their shard and key, so sources never collide."""
+    dataset = wdsx.WebDataset(shards.urls, shardshuffle=True, manifest=False)
+    dataset = dataset.shuffle(bufsize) if bufsize else dataset
+    return dataset.to_tuple("__url__", "__key__").map_tuple(str, str).map(lambda t: (t[0] + "|" + t[1],))
+
+
+def build(sources, weights, stop, batch_size, bufsize, workers, epoch_length):
+    mix = wdsx.Mix([tagged(s, bufsize) for s in sources], weights, stop=stop, batch_size=batch_size, seed=3)
+    if stop == "never":
+        mix = mix.with_epoch(epoch_length)
+    batched = mix if batch_size else mix.batched(4)
+    if workers is None:
+        return batched
+    return wdsx.WebLoader(batched, batch_size=None, num_workers=workers)
+
+
+def keys_of(batch) -> list[str]:
+    return list(batch[0])
+
+
+def run(loader, epochs: int, stop_after: int | None = None):
+    seen = []
+    for epoch in range(epochs):
+        for batch in loader:
+            seen.append(keys_of(batch))
+            if stop_after is not None and len(seen) == stop_after:
+                return seen, epoch, json.loads(json.dumps(loader.state_dict()))
+    return seen, epochs, None
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    nsources=st.integers(2, 3),
+    weights=st.lists(st.integers(1, 5), min_size=3, max_size=3),
+    stop=st.sampled_from(["first", "all", "never"]),
+    batch_size=st.sampled_from([None, 3]),
+    bufsize=st.sampled_from([0, 5, 30]),
+    workers=st.sampled_from([None, 0, 1, 2, 3]),
+    cut=st.floats(0, 1),
+)
+@pytest.mark.slow  # kill/resume trials with worker processes
+def test_a_mixture_killed_anywhere_resumes_exactly(
+    three, nsources, weights, stop, batch_size, bufsize, workers, cut
+):
+    args = (three[:nsources], weights[:nsources], stop, batch_size, bufsize, workers, 150)
+    full, _, _ = run(build(*args), epochs=2)
+    stop_at = max(1, int(cut * len(full)))
+    first = build(*args)
+    before, epoch, state = run(first, 2, stop_after=stop_at)
+    first.close()
+    resumed = build(*args)
+    resumed.load_state_dict(state)
+    after, _, _ = run(resumed, 2 - epoch)
+    assert before + after == full
+
+
+def test_an_exhausted_source_starts_its_next_epoch_and_resumes_across_it(three):
+    """stop="never": the small source ("b", 20 samples) runs out several times in 150 draws;
+    each new epoch gives each of its samples again, and a cut inside a later epoch resumes."""
+    full, _, _ = run(build(three, [1, 4, 1], "never", None, 5, None, 150), epochs=1)
+    small = Counter(key for batch in full for key in batch if key.startswith(three[1].directory))
+    assert set(small) == {f"{three[1].directory}/shard-{s:06d}.tar|{k}" for s, k in _keys_by_shard(three[1])}
+    assert min(small.values()) >= 2
+    for cut in (11, 29):
+        first = build(three, [1, 4, 1], "never", None, 5, 2, 150)
+        before, _, state = run(first, 1, stop_after=cut)
+        first.close()
+        resumed = build(three, [1, 4, 1], "never", None, 5, 2, 150)
+        resumed.load_state_dict(state)
+        assert before + run(resumed, 1)[0] == run(build(three, [1, 4, 1], "never", None, 5, 2, 150), 1)[0]
+
+
+def _keys_by_shard(shards):
+    for shard, count in enumerate(shards.counts):
+        for index in range(count):
+            yield shard, f"s{shard:03d}/{index:05d}"
+
+
+def every_key(sources) -> Counter:
+    return Counter(f"{url}|{key}" for s in sources for url, key in _urls_and_keys(s))
+
+
+def _urls_and_keys(shards):
+    for shard, key in _keys_by_shard(shards):
+        yield shards.urls[shard], key
+
+
+@pytest.mark.parametrize("workers_before,workers_after", [(2, 3), (3, 1)])
+def test_a_mixture_re_dealt_to_other_workers_reads_every_remaining_sample_once(
+    three, workers_before, workers_after
+):
+    args = (three, [3, 1, 2], "all", None, 10)
+    first = build(*args, workers_before, 0)
+    before, _, state = run(first, 1, stop_after=9)
+    first.close()
+    resumed = build(*args, workers_after, 0)
+    resumed.load_state_dict(state)
+    after, _, _ = run(resumed, 1)
+    assert Counter(k for b in before + after for k in b) == every_key(three)
+
+
+def test_the_loader_reports_each_sources_contributions(three):
+    loader = build(three, [3, 1, 2], "all", None, 0, 2, 0)
+    batches = iter(loader)
+    seen = [key for _ in range(10) for key in keys_of(next(batches))]
+    per_source = [sum(key.startswith(s.directory) for key in seen) for s in three]
+    assert loader.contributions() == per_source
+    del batches
+    loader.close()
+
+
+def test_round_robin_gives_webdatasets_outputs(three):
+    for longest in (False, True):
+        ours = list(
+            wdsx.RoundRobin([wdsx.WebDataset(s.urls, manifest=False) for s in three], longest=longest)
+        )
+        theirs = list(
+            webdataset.RoundRobin(
+                [webdataset.WebDataset(s.urls, shardshuffle=False, empty_check=False) for s in three],
+                longest=longest,
+            )
+        )
+        assert [(x["__url__"], x["__key__"]) for x in ours] == [(x["__url__"], x["__key__"]) for x in theirs]
+
+
+def test_random_mix_draws_like_webdatasets():
+    """Both libraries' RandomMix over the same endless sources: each matches the weights, and
+    their counts are alike (a chi-square test of homogeneity on the 2 x 3 table)."""
+    probs = [0.5, 0.3, 0.2]
+    ours = list(itertools.islice(iter(wdsx.RandomMix(endless_sources(3), probs)), 30_000))
+    random.seed(11)
+    theirs_sources = [iter([(k, i) for i in range(30_000)]) for k in range(3)]
+    theirs = list(itertools.islice(webdataset.mix.random_samples(theirs_sources, probs), 30_000))
+    table = [[sum(1 for k, _ in draws if k == source) for source in range(3)] for draws in (ours, theirs)]
+    for row in table:
+        assert chi_square(row, probs) < CHI2_CRITICAL_P001[2]
+    columns = [a + b for a, b in zip(*table)]
+    total = sum(columns)
+    statistic = sum(
+        (table[r][c] - sum(table[r]) * columns[c] / total) ** 2 / (sum(table[r]) * columns[c] / total)
+        for r in range(2)
+        for c in range(3)
+    )
+    assert statistic < CHI2_CRITICAL_P001[2]
+
+
+def test_random_mix_stops_at_the_first_exhausted_source_unless_longest(three):
+    short = list(wdsx.RandomMix([wdsx.WebDataset(s.urls, manifest=False) for s in three[:2]], [1, 1]))
+    assert len(short) < sum(three[0].counts) + sum(three[1].counts)
+    full = list(
+        wdsx.RandomMix([wdsx.WebDataset(s.urls, manifest=False) for s in three[:2]], [1, 1], longest=True)
+    )
+    assert len(full) == sum(three[0].counts) + sum(three[1].counts)
+
+
+def test_bad_mixtures_are_refused():
+    with pytest.raises(ValueError, match="weights"):
+        wdsx.Mix(endless_sources(2), [1, 2, 3])
+    with pytest.raises(ValueError, match="stop"):
+        wdsx.Mix(endless_sources(2), stop="sometimes")
