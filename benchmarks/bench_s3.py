@@ -13,7 +13,8 @@ starts itself, then streams every shard back to the end, ``runs`` times per meth
 It returns the median seconds, MB/s and samples/s of each method. With ``latency``, every
 request goes through a proxy that delays it by that many seconds, as a distant store would.
 Run it standalone (``python benchmarks/bench_s3.py``) to benchmark generated shards and print
-tables.
+tables. For ``make bench``, ``bench_s3_table`` and ``bench_stores_table`` give the table rows:
+raw iteration over ``s3://`` (SeaweedFS), ``gs://`` (fake-gcs-server) and ``az://`` (Azurite).
 """
 
 from __future__ import annotations

@@ -83,18 +83,25 @@ def same(a: object, b: object) -> bool:
     return type(a) is type(b) and a == b
 
 
+@pytest.fixture
+def trusted(monkeypatch):
+    """Pickle allowed, as webdataset always allows it (wdsx refuses it by default: see
+    tests/test_security.py)."""
+    monkeypatch.setenv("WDSX_ALLOW_PICKLE", "1")
+
+
 @pytest.mark.parametrize("spec", sorted(IMAGE_SPECS))
-def test_every_image_spec_matches_webdataset(spec):
+def test_every_image_spec_matches_webdataset(spec, trusted):
     ours = wdsx.Decoder([wdsx.ImageHandler(spec)])(dict(SAMPLE))
     theirs = wad.Decoder([wad.ImageHandler(spec)])(dict(SAMPLE))
     assert same(ours, theirs)
 
 
-def test_default_decoder_matches_webdataset():
+def test_default_decoder_matches_webdataset(trusted):
     assert same(wdsx.Decoder([])(dict(SAMPLE)), wad.Decoder([])(dict(SAMPLE)))
 
 
-def test_only_and_partial_match_webdataset():
+def test_only_and_partial_match_webdataset(trusted):
     sample = dict(SAMPLE, already=42)
     ours = wdsx.Decoder([], only=["cls", "json"], partial=True)(sample)
     theirs = wad.Decoder([], only=["cls", "json"], partial=True)(sample)

@@ -223,3 +223,13 @@ def test_bad_mixtures_are_refused():
         wdsx.Mix(endless_sources(2), [1, 2, 3])
     with pytest.raises(ValueError, match="stop"):
         wdsx.Mix(endless_sources(2), stop="sometimes")
+
+
+def test_wdsx_bench_prints_each_sources_share(three, capsys):
+    from wdsx.commands import cli
+
+    status = cli.main(["bench", *three[0].urls, "--mix-with", three[2].urls[0], "--batch-size", "10"])
+    printed = capsys.readouterr().out
+    assert status == 0
+    assert f"source 0: {sum(three[0].counts)} samples" in printed
+    assert f"source 1: {sum(three[2].counts)} samples" in printed

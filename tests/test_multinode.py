@@ -191,8 +191,16 @@ def three_mixed_datasets(tmp_path) -> tuple[list[str], list[str]]:
     return args, keys
 
 
-@pytest.mark.parametrize("data", [one_dataset, three_mixed_datasets], ids=["one", "mixture"])
-def test_killed_job_resumes_on_other_topologies(tmp_path, data):
+@pytest.mark.parametrize(
+    "data,topologies",
+    [
+        (one_dataset, [("2x3", 1, 2, 3), ("8x1", 2, 4, 1)]),
+        (three_mixed_datasets, [("1x3", 1, 1, 3), ("4x1", 2, 2, 1)]),
+    ],
+    ids=["one", "mixture"],
+)
+def test_killed_job_resumes_on_other_topologies(tmp_path, data, topologies):
+    """Killed as 2 nodes x 2 ranks x 2 workers; resumed as (nodes x ranks per node, workers)."""
     shards, keys = data(tmp_path)
     workdir = str(tmp_path / "run")
     common = [*shards, "--checkpoint-every", "3"]
@@ -214,7 +222,7 @@ def test_killed_job_resumes_on_other_topologies(tmp_path, data):
     before, before_pads = trained(read_logs(first_logs), up_to_step=step)
     assert 0 < sum(before.values()) < len(keys) and before_pads == 0
 
-    for name, nnodes, nproc, workers in [("2x3", 1, 2, 3), ("8x1", 2, 4, 1)]:
+    for name, nnodes, nproc, workers in topologies:
         resumed_dir = str(tmp_path / f"run-{name}")
         shutil.copytree(workdir, resumed_dir)
         logs_dir = str(tmp_path / f"keys-{name}")

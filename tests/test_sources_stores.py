@@ -122,11 +122,13 @@ def test_cut_connections_give_the_same_samples_for_at_most_ten_percent_more_byte
     assert proxy.bytes_down <= 1.1 * size, f"fetched {proxy.bytes_down} bytes for {size}"
 
 
-def test_cache_and_prefetch_read_each_shard_once(store, fault_proxy, local, tmp_path):
+def test_loader_workers_with_cache_and_prefetch_fetch_each_shard_once(store, fault_proxy, local, tmp_path):
     urls = upload(store, local)
     proxy = fault_proxy(store.port)
     options = store.options_via(proxy.url, cache_dir=str(tmp_path / "cache"), prefetch=2)
-    assert samples(urls, options) == local_samples(local.urls)
+    dataset = wdsx.WebDataset(urls, options=options, manifest=False).to_tuple("__key__", "txt")
+    got = sorted(tuple(item) for item in wdsx.WebLoader(dataset, batch_size=None, num_workers=2))
+    assert got == sorted((sample["__key__"], sample["txt"]) for sample in local_samples(local.urls))
     assert len(os.listdir(tmp_path / "cache")) >= len(urls)
     fetched = len(proxy.gets())
     assert fetched == len(urls)

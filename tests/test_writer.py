@@ -365,7 +365,7 @@ def test_shard_writer_exception_keeps_complete_shards_only(tmp_path):
 
 
 def test_writes_through_the_sink_interface(tmp_path, monkeypatch):
-    """A URL goes through open_sink: what the sink receives is the shard, committed once."""
+    """A URL goes through open_shard_sink: what the sink receives is the shard, committed once."""
     from wdsx.write import writer as writer_module
 
     events = []
@@ -381,7 +381,7 @@ def test_writes_through_the_sink_interface(tmp_path, monkeypatch):
         def abort(self):
             events.append(("abort", self.url, None))
 
-    monkeypatch.setattr(writer_module, "open_sink", MemorySink)
+    monkeypatch.setattr(writer_module, "open_shard_sink", MemorySink)
     with ShardWriter("mem://bucket/s-%02d.tar", maxcount=2, manifest=False) as w:
         for sample in _samples(3):
             w.write(sample)

@@ -66,6 +66,7 @@ from wdsx.pipeline.mixing import Mix, RandomMix, RoundRobin
 from wdsx.pipeline.webdataset import FluidWrapper, WebDataset
 from wdsx.read.manifest import Manifest
 from wdsx.read.samples import POSITION
+from wdsx.state.position import Position
 from wdsx.sources import SourceOptions
 from wdsx.stages.base import Stage, pipelinefilter, stateless
 from wdsx.stages.batch import batched, collate_torch, default_collation_fn, listed, unbatched, unlisted

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from wdsx.codecs import tenbin
-from wdsx.core.env import secure_mode
+from wdsx.core.env import ALLOW_PICKLE, pickle_allowed, secure_mode
 from wdsx.core.errors import DecodingError
 
 try:
@@ -59,21 +59,38 @@ imagespecs = IMAGE_SPECS
 
 
 def _weights_only() -> bool:
-    return os.environ.get("WDS_PYTORCH_WEIGHTS_ONLY", "0") == "1"
+    """``torch.load``'s ``weights_only``: True unless pickle is allowed (``WDSX_ALLOW_PICKLE=1``,
+    outside secure mode) and ``WDS_PYTORCH_WEIGHTS_ONLY`` is not ``1``."""
+    return not pickle_allowed() or os.environ.get("WDS_PYTORCH_WEIGHTS_ONLY", "0") == "1"
+
+
+def _refusal(what: str) -> str:
+    if secure_mode():
+        return f"{what} is refused in secure mode (WDS_SECURE=1): pickle can run any code"
+    return (
+        f"{what} is refused by default: pickle can run any code its author put in the shard. "
+        f"Set {ALLOW_PICKLE}=1 if you trust where this data comes from"
+    )
 
 
 def torch_loads(data: bytes) -> Any:
-    """``torch.load`` on CPU (``weights_only`` when ``WDS_PYTORCH_WEIGHTS_ONLY=1``)."""
-    if secure_mode():
-        raise ValueError("torch.load is refused in secure mode (WDS_SECURE=1)")
+    """``torch.load`` on CPU, with ``weights_only=True`` (tensors and plain containers only)
+    unless pickle is allowed (:func:`wdsx.core.env.pickle_allowed`), as in PyTorch >= 2.6."""
     import torch
 
-    return torch.load(io.BytesIO(data), weights_only=_weights_only(), map_location="cpu")
+    weights_only = _weights_only()
+    try:
+        return torch.load(io.BytesIO(data), weights_only=weights_only, map_location="cpu")
+    except pickle.UnpicklingError as exn:
+        if not weights_only:
+            raise
+        raise ValueError(f"{_refusal('torch.load beyond weights')} ({exn})") from None
 
 
 def unpickle_loads(data: bytes) -> Any:
-    if secure_mode():
-        raise ValueError("unpickling is refused in secure mode (WDS_SECURE=1)")
+    """``pickle.loads``, only when pickle is allowed (:func:`wdsx.core.env.pickle_allowed`)."""
+    if not pickle_allowed():
+        raise ValueError(_refusal("unpickling"))
     return pickle.loads(data)
 
 

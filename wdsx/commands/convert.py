@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from wdsx.write.convert import REENCODE_FORMATS, VERIFY_MODES, ConvertSettings, convert
+from wdsx.write.convert import (
+    REENCODE_FORMATS,
+    VERIFY_MODES,
+    ConvertError,
+    ConvertReport,
+    ConvertSettings,
+    convert,
+)
 
 
 def parse_size(text: str) -> float:
@@ -60,6 +68,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--workers", type=int, default=1, help="worker processes")
     parser.add_argument("--strict", action="store_true", help="fail at the first unreadable image")
+    parser.add_argument(
+        "--follow-symlinks",
+        action="store_true",
+        help="read symbolic links that lead out of the source folder (left out by default)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
     parser.set_defaults(run=run)
 
@@ -77,18 +90,36 @@ def run(args: argparse.Namespace) -> int:
         verify=args.verify,
     )
     progress = not args.quiet and sys.stderr.isatty()
-    report = convert(
-        args.src, args.dest, settings, workers=args.workers, strict=args.strict, progress=progress
-    )
-    for path, reason in report.skipped:
-        print(f"skipped {path}: {reason}", file=sys.stderr)
+    try:
+        report = convert(
+            args.src,
+            args.dest,
+            settings,
+            workers=args.workers,
+            strict=args.strict,
+            progress=progress,
+            follow_symlinks=args.follow_symlinks,
+        )
+    except ConvertError as exn:
+        if exn.report is not None:
+            _problems(exn.report)
+        raise
+    _problems(report)
     if not args.quiet:
         rate = report.samples_written / report.seconds if report.seconds else 0.0
         print(
             f"{report.written + report.reused} of {report.shards} shards complete "
             f"({report.written} written now, {report.reused} before): "
-            f"{report.samples} images, {len(report.skipped)} skipped; "
+            f"{report.samples} images, {len(report.skipped)} skipped, {len(report.warnings)} warnings; "
             f"{report.samples_written} images in {report.seconds:.1f} s ({rate:.0f} images/s)"
         )
         print(f"manifest: {report.manifest_url or 'pending: the last rank to finish writes it'}")
     return 0
+
+
+def _problems(report: ConvertReport) -> None:
+    """Print, on stderr, each image left out and each decoder warning, by path."""
+    for path, reason in report.skipped:
+        print(f"skipped {os.path.join(report.src, path)}: {reason}", file=sys.stderr)
+    for path, message in report.warnings:
+        print(f"warning {os.path.join(report.src, path)}: {message}", file=sys.stderr)

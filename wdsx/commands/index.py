@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from wdsx.commands.common import shard_urls
-from wdsx.read.manifest import build_manifest, manifest_url_for_shard
+from wdsx.read.manifest import build_manifest, manifest_url_beside
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -20,15 +20,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "shards", nargs="+", help="shard URLs or patterns (braces, globs, s3://bucket/prefix/)"
     )
-    parser.add_argument("-o", "--output", help="manifest URL (default: derived from the first shard's name)")
+    parser.add_argument(
+        "-o",
+        "--output",
+        help="manifest URL (default: derived from the first shard's name; required for pipe:)",
+    )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """``wdsx index``: build the manifest and write it."""
     urls = shard_urls(args.shards)
+    output = args.output or manifest_url_beside(urls[0])
+    if output is None:
+        raise ValueError("a manifest for pipe: shards needs an explicit place: pass --output")
     manifest = build_manifest(urls)
-    output = args.output or manifest_url_for_shard(urls[0])
     manifest.write(output)
     print(f"{output}: {len(manifest.shards)} shards, {manifest.total_samples} samples")
     return 0

@@ -6,7 +6,7 @@ import argparse
 from collections import Counter
 
 from wdsx.commands.common import human, payload_bytes, raw_samples, shard_urls
-from wdsx.read.manifest import Manifest, manifest_url_for_shard
+from wdsx.read.manifest import Manifest, manifest_url_beside
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -17,7 +17,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     urls = shard_urls(args.shards)
-    manifest = Manifest.load(manifest_url_for_shard(urls[0]))
+    beside = manifest_url_beside(urls[0])
+    manifest = Manifest.load(beside) if beside else None
     names = list(manifest.extra.get("classes", [])) if manifest else []
     fields: Counter = Counter()
     classes: Counter = Counter()

@@ -18,6 +18,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     for url in shard_urls(args.shards):
         print(f"# {url}")
+        print(f"#{'ordinal':>7} {'offset':>12} key  fields (name:bytes)")
         for number, sample in enumerate(raw_samples(url)):
             if args.limit is not None and number >= args.limit:
                 break

@@ -11,7 +11,7 @@ import posixpath
 from wdsx.codecs.decode import IMAGE_EXTENSIONS, ImageHandler
 from wdsx.commands.common import raw_samples, shard_urls
 from wdsx.core.errors import WdsxError
-from wdsx.read.manifest import Manifest, ShardEntry, index_shard, manifest_url_for_shard
+from wdsx.read.manifest import Manifest, ShardEntry, index_shard, manifest_url_beside
 
 _IMAGES = frozenset(IMAGE_EXTENSIONS)
 
@@ -52,9 +52,23 @@ def check_shard(url: str, expected: ShardEntry | None, decode_images: bool) -> l
     return problems
 
 
+def _checked(manifest_url: str | None, found: bool, images: bool) -> str:
+    """What a run checked, against what, for its summary line."""
+    checks = ["every tar header and member read"]
+    if found:
+        checks.append(f"sample count, size and SHA-256 compared with the manifest {manifest_url}")
+    elif manifest_url:
+        checks.append(f"no manifest at {manifest_url}, so counts and hashes were not compared")
+    else:
+        checks.append("no manifest looked up for pipe: shards (pass --manifest)")
+    checks.append("every image decoded" if images else "images not decoded (--no-images)")
+    return "; ".join(checks)
+
+
 def run(args: argparse.Namespace) -> int:
     urls = shard_urls(args.shards)
-    manifest = Manifest.load(args.manifest or manifest_url_for_shard(urls[0]))
+    manifest_url = args.manifest or manifest_url_beside(urls[0])
+    manifest = Manifest.load(manifest_url) if manifest_url else None
     if args.manifest and manifest is None:
         print(f"manifest {args.manifest} not found")
         return 1
@@ -67,6 +81,6 @@ def run(args: argparse.Namespace) -> int:
             problems.append("not listed in the manifest")
         failed += bool(problems)
         print(f"{'FAIL' if problems else 'ok  '} {url}" + "".join(f"\n     {p}" for p in problems))
-    source = "the manifest" if manifest else "no manifest found"
-    print(f"{len(urls) - failed} of {len(urls)} shards ok ({source})")
+    checked = _checked(manifest_url, manifest is not None, not args.no_images)
+    print(f"{len(urls) - failed} of {len(urls)} shards ok: {checked}")
     return 1 if failed else 0

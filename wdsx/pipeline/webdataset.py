@@ -21,6 +21,7 @@ from typing import Any
 from wdsx.core import topology as distributed
 from wdsx.core.errors import Handler, reraise_exception
 from wdsx.pipeline.datapipeline import DataPipeline
+from wdsx.read.npy import header_counts
 from wdsx.read.shard import ReadSettings
 from wdsx.sources import SourceOptions, scheme_of
 from wdsx.stages.reading import ShardReader
@@ -177,7 +178,7 @@ class WebDataset(DataPipeline):
             return list(counts)
         if self.manifest is not None and self._manifest_counts:
             return self.manifest.counts_for(self.urls)
-        return None
+        return header_counts(self.urls, self.options)
 
     def _scan_counts(self) -> list[int]:
         from wdsx.read.manifest import scan_counts

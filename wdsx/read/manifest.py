@@ -24,7 +24,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from wdsx.core.compression import SHARD_SUFFIXES, uncompressed
+from wdsx.core.compression import uncompressed
+from wdsx.read import formats
+from wdsx.read.jsonl import count_lines, decompressed
+from wdsx.read.npy import count_rows
 from wdsx.read.samples import Cursor, group_members
 from wdsx.read.shard import bytes_left
 from wdsx.read.tar import scan_headers
@@ -74,7 +77,7 @@ def manifest_url_for_shard(url: str) -> str:
     ValueError for a ``pipe:`` URL."""
     _refuse_commands(url)
     directory, base = _split_dir(url)
-    for suffix in SHARD_SUFFIXES:
+    for suffix in formats.SUFFIXES:
         if base.endswith(suffix):
             base = base[: -len(suffix)]
             break
@@ -269,10 +272,20 @@ def scan_counts(
     Local files are read header by header, seeking over payloads; remote and compressed shards
     are streamed. Grouping follows :mod:`wdsx.read.samples` (metadata members skipped, consecutive
     members with one key form a sample), after ``rename_files`` and ``select_files``.
+    JSONL shards are counted by their lines, ``.npy`` shards by their header.
     """
     with open_source(url, 0, options) as source:
+        if formats.format_of(url) != "tar":
+            return _count_records(url, source.read)
         skip = source.skip if source.local_path else None
         return _count(url, source.read, skip, rename_files, select_files, bytes_left(source, 0))
+
+
+def _count_records(url: str, read: Callable[[int], bytes]) -> int:
+    """Samples in a JSONL stream (its lines) or an ``.npy`` stream (its rows, from its header)."""
+    if formats.format_of(url) == "npy":
+        return count_rows(url, read)
+    return count_lines(url, decompressed(url, read))
 
 
 class _Hashing:
@@ -294,7 +307,10 @@ def index_shard(url: str, options: SourceOptions | None = None) -> ShardEntry:
     """Read the shard at ``url`` once: its manifest entry, with sample count, size and SHA-256."""
     with open_source(url, 0, options) as source:
         hashing = _Hashing(source.read)
-        samples = _count(url, hashing.read, None, available=bytes_left(source, 0))
+        if formats.format_of(url) == "tar":
+            samples = _count(url, hashing.read, None, available=bytes_left(source, 0))
+        else:
+            samples = _count_records(url, hashing.read)
         _read_all(hashing.read)  # the end-of-archive padding, or the compressed stream's tail
     return ShardEntry(posixpath.basename(url), samples, hashing.size, hashing.digest.hexdigest())
 

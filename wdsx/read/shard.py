@@ -20,6 +20,7 @@ from typing import Any
 from wdsx.core.compression import DecompressionError, named_compressed, uncompressed
 from wdsx.core.errors import Handler, ShardError, reraise_exception
 from wdsx.core.streams import Prefixed
+from wdsx.read import formats, jsonl, npy
 from wdsx.read.samples import POSITION, Cursor, group_members, sample_starts
 from wdsx.read.tar import BLOCK, Member, iter_members, looks_like_header, read_exact, scan_headers
 from wdsx.sources import LocalSource, Source, SourceOptions, open_source, scheme_of
@@ -48,8 +49,9 @@ class ReadSettings:
 
 
 def stream_offset(url: str, offset: int) -> int:
-    """Where a shard's byte stream must be opened to reach tar offset ``offset``."""
-    return 0 if named_compressed(url) else offset
+    """Where a shard's byte stream must be opened to reach offset ``offset`` (its start, for
+    compressed shards and for ``.npy`` shards, which are read from their header)."""
+    return offset if formats.seekable(url) else 0
 
 
 def bytes_left(source: Source, opened_at: int) -> int | None:
@@ -128,8 +130,31 @@ def read_piece(
     extra: dict[str, Any] | None = None,
     prefetcher: Prefetcher | None = None,
     count: int | None = None,
+    *,
+    row_seed: int | None = None,
+) -> formats.Samples:
+    """Samples of one shard from ``cursor`` (offset and ordinal) up to ordinal ``stop``, in
+    the shard's format (:mod:`wdsx.read.formats`): tar here, JSONL and ``.npy`` in their
+    modules, with the same cursor contract. ``row_seed`` orders the rows of ``.npy`` shards
+    (None: file order; other formats are always read in file order)."""
+    kind = formats.format_of(url)
+    if kind == "jsonl":
+        return jsonl.read_piece(url, cursor, stop, settings, extra, prefetcher, count)
+    if kind == "npy":
+        return npy.read_piece(url, cursor, stop, settings, extra, prefetcher, count, row_seed)
+    return _read_tar(url, cursor, stop, settings, extra, prefetcher, count)
+
+
+def _read_tar(
+    url: str,
+    cursor: Cursor,
+    stop: int | None,
+    settings: ReadSettings,
+    extra: dict[str, Any] | None = None,
+    prefetcher: Prefetcher | None = None,
+    count: int | None = None,
 ) -> Generator[dict[str, Any], None, None]:
-    """Samples of one shard from ``cursor`` (offset and ordinal) up to ordinal ``stop``.
+    """Samples of one tar shard from ``cursor`` (offset and ordinal) up to ordinal ``stop``.
 
     A cursor whose offset is None starts at its ordinal: local shards find it by scanning
     headers, other shards are read from the start and the samples before it skipped.
@@ -227,7 +252,21 @@ def _locate(url: str, ordinal: int, settings: ReadSettings) -> int | None:
 
 def read_positions(positions: Sequence[Position], settings: ReadSettings) -> list[dict[str, Any]]:
     """Read the samples at ``positions``, in that order (padding positions give samples
-    marked ``__pad__``).
+    marked ``__pad__``): rows of ``.npy`` shards directly, samples of other shards in passes
+    over them (:func:`_read_in_passes`)."""
+    groups: dict[bool, list[int]] = {}
+    for index, position in enumerate(positions):
+        groups.setdefault(formats.format_of(position.url) == "npy", []).append(index)
+    samples: list[Any] = [None] * len(positions)
+    for rows, indices in groups.items():
+        read = npy.read_positions if rows else _read_in_passes
+        for index, sample in zip(indices, read([positions[i] for i in indices], settings)):
+            samples[index] = sample
+    return samples
+
+
+def _read_in_passes(positions: Sequence[Position], settings: ReadSettings) -> list[dict[str, Any]]:
+    """The samples at ``positions``, in that order.
 
     Positions in one shard are read in one forward pass, reopening the shard only to jump
     a long gap, so refilling a large buffer costs about one read per shard, not per sample.

@@ -319,7 +319,10 @@ def _walk(
                 if pos > filled:  # the padding of the last member lies beyond the buffer
                     if _discard(readinto, view, pos - filled) < pos - filled:
                         raise ShardError(
-                            url, offset, "stream ends inside a member's padding", _joined(prefix, name_field)
+                            url,
+                            offset,
+                            "truncated shard: it ends inside a member's padding",
+                            _joined(prefix, name_field),
                         )
                     base, filled = base + pos, 0
                 else:
@@ -437,7 +440,7 @@ def _walk(
                     raise ShardError(
                         url,
                         offset,
-                        "stream ends inside a member's padding",
+                        "truncated shard: it ends inside a member's padding",
                         _shown(pending, name_field, prefix),
                     )
                 base, pos, filled = base + padded_end, 0, 0

@@ -93,10 +93,14 @@ def azure_service(url: str, options: SourceOptions, account: str | None) -> Blob
             )
         return BlobServiceClient(account_url, credential=_credential(settings, name), **kwargs)
 
-    return _clients.get((sorted(settings.items(), key=repr), account, options.timeout), make)
+    try:
+        return _clients.get((sorted(settings.items(), key=repr), account, options.timeout), make)
+    except ValueError as exn:
+        raise SourceError(url, f"bad Azure settings: {exn}") from exn
 
 
 def _environment(*names: str) -> str | None:
+    """The first of the ``AZURE_STORAGE_{NAME}`` variables that is set."""
     return next(
         (os.environ[f"AZURE_STORAGE_{n}"] for n in names if os.environ.get(f"AZURE_STORAGE_{n}")), None
     )

@@ -24,6 +24,7 @@ from typing import Any, ClassVar, TypeVar
 
 from wdsx.core import topology as topologies
 from wdsx.read.deal import EpochDeal
+from wdsx.read.rows import RowSource
 from wdsx.state.checkpoint import JsonDict, PipelineState, StageState
 from wdsx.state.position import Position, PositionTable
 
@@ -69,6 +70,8 @@ class Run:
         self.restore = restore
         self.table = table or PositionTable()
         self.position: Position | list[Position | None] | None = None
+        self.rows: RowSource | None = None
+        """The piece of a shard being read, when it can hand out whole batches (``.npy`` rows)."""
         self.states: dict[str, StageState] = {}
         self.source_index = source_index(stages)
 

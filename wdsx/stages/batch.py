@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
+from wdsx.read.rows import RowPositions
 from wdsx.stages.base import Count, Run, Stage
 from wdsx.stages.buffer import Buffer, attach_buffer
 
@@ -111,9 +112,12 @@ class Batched(Stage):
     def apply(self, upstream: Iterator, run: Run, index: int) -> Iterator:
         buffer = attach_buffer(run, index)
         batchsize = self.batchsize
+        rows = self.collation_fn is default_collation_fn and run.source_index == index - 1
         for item in upstream:
             buffer.items.append(item)
             buffer.positions.append(run.position)
+            if rows and run.rows is not None:
+                yield from self._whole_batches(run, buffer)
             if len(buffer.items) >= batchsize:
                 items, run.position = buffer.items, buffer.positions
                 buffer.items, buffer.positions = [], []
@@ -123,6 +127,17 @@ class Batched(Stage):
             buffer.items, buffer.positions = [], []
             yield self._collate(items)
         buffer.items, buffer.positions = [], []
+
+
+    def _whole_batches(self, run: Run, buffer: Buffer) -> Iterator:
+        """Batches that the reader right before this stage gathers whole from the rows it is
+        reading (``run.rows``), the first one taking in the samples ``buffer`` holds: the
+        same batches as collating sample by sample, without per-sample work."""
+        while run.rows is not None and (block := run.rows.take(self.batchsize, len(buffer.items))):
+            buffer.items, buffer.positions = [], []
+            batch, positions = block
+            run.position = cast(Any, positions)
+            yield batch
 
 
 def batched(
@@ -178,6 +193,8 @@ class Unbatched(Stage):
             yield item
         for batch in upstream:
             positions = run.position
+            if isinstance(positions, RowPositions):
+                positions = list(positions)
             rows = self.rows(batch)
             if not isinstance(positions, list) or len(positions) != len(rows):
                 positions = [None] * len(rows)

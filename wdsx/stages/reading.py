@@ -16,7 +16,9 @@ from typing import Any
 from wdsx.core import rng
 from wdsx.core.errors import Handler, NoSamplesError, StateError, reraise_exception
 from wdsx.read import deal as planning
+from wdsx.read.formats import StreamStopped
 from wdsx.read.progress import ReaderProgress, upgrade_plan_v2
+from wdsx.read.rows import RowSource
 from wdsx.read.samples import POSITION, Cursor
 from wdsx.read.shard import ReadSettings, read_piece, read_positions, stream_offset
 from wdsx.sources import SourceOptions
@@ -29,16 +31,23 @@ from wdsx.state.position import Position, PositionTable
 def _deliver(
     samples: Iterator[dict[str, Any]], run: Run, handler: Handler, cursor: Cursor
 ) -> Generator[dict[str, Any], None, bool]:
-    """Yield a shard's samples, telling the run each one's position. A read error goes to
-    the handler: True skips the rest of the shard, False ends the stream (returns False)."""
+    """Yield a shard's samples, telling the run each one's position (and, for a piece that
+    can hand out whole batches, the piece itself: ``run.rows``). A read error goes to the
+    handler: True skips the rest of the shard, False ends the stream (returns False); a
+    reader whose handler already chose to stop at a bad record ends it too."""
+    run.rows = samples if isinstance(samples, RowSource) else None
     try:
         for sample in samples:
             run.position = sample[POSITION]
             yield sample
+    except StreamStopped:
+        return False
     except Exception as exn:
         if not handler(exn):
             return False
         cursor.done = True
+    finally:
+        run.rows = None
     return True
 
 
@@ -181,6 +190,8 @@ class ShardReader(ShardStage):
         restored: bool,
     ) -> Iterator:
         settings, handler, urls = self.settings, self.settings.handler, self.urls
+        # Rows of .npy shards are read in an order that changes with the shard order.
+        row_seed = rng.derive_seed("rows", run.seed, run.epoch) if self.deal.shuffle else None
         while progress.leftover < len(plan.leftovers):
             sample = read_positions([plan.leftovers[progress.leftover]], settings)[0]
             progress.leftover += 1
@@ -200,8 +211,8 @@ class ShardReader(ShardStage):
                         prefetcher.schedule(ahead_url, offset, settings.expected_hash(ahead_url))
                 progress.span, progress.pos, progress.cursor = span_index, piece.pos, cursor
                 extra = {"__pad__": True} if piece.pad else None
-                count = None if counts is None else counts[order[piece.pos]]
-                samples = read_piece(urls[order[piece.pos]], cursor, piece.stop, settings, extra, prefetcher, count)
+                url, count = urls[order[piece.pos]], None if counts is None else counts[order[piece.pos]]
+                samples = read_piece(url, cursor, piece.stop, settings, extra, prefetcher, count, row_seed=row_seed)
                 if not (yield from _deliver(samples, run, handler, cursor)):
                     progress.done = True
                     return

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from wdsx.codecs.decode import Decoder, ImageHandler
+from wdsx.codecs.decode import Decoder, ImageHandler, unpickle_loads
 from wdsx.core import rng
 from wdsx.core.errors import Handler, reraise_exception
 from wdsx.stages.base import Count, Run, Stage
@@ -233,10 +233,9 @@ def decode_bin(stream: Any) -> bytes:
 
 
 def decode_pickle(stream: Any) -> Any:
-    """xdecode's reader for pickled fields."""
-    import pickle
-
-    return pickle.load(stream)
+    """xdecode's reader for pickled fields: refused unless pickle is allowed, as in ``decode``
+    (see :func:`wdsx.codecs.decode.unpickle_loads`)."""
+    return unpickle_loads(stream.read())
 
 
 default_decoders = [("*.bin", decode_bin), ("*.txt", decode_text), ("*.pyd", decode_pickle)]

@@ -20,7 +20,6 @@ Samples are ``{"__key__": "<class>/<stem>", "<ext>": original bytes, "cls": clas
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import io
 import json
@@ -29,35 +28,31 @@ import os
 import posixpath
 import sys
 import time
-from collections import Counter
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from PIL import Image, ImageOps
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 from wdsx.core import rng, topology
-from wdsx.core.errors import WdsxError
 from wdsx.read.manifest import Manifest, ShardEntry, manifest_url_for_pattern, natural_key, read_if_present
-from wdsx.sources import SourceOptions, local_path, open_sink
+from wdsx.sources import SourceOptions, local_path
+from wdsx.write.folder import IMAGE_EXTENSIONS, ConvertError, ImageFile, leaves_folder, list_images
+from wdsx.write.partial import open_shard_sink
 from wdsx.write.writer import TarWriter, shard_is_full
 
 if TYPE_CHECKING:
     from multiprocessing.sharedctypes import Synchronized
 
-IMAGE_EXTENSIONS = frozenset("jpg jpeg jpe png webp bmp gif tif tiff ppm pgm pbm".split())
-"""File extensions (any case) taken as images."""
+__all__ = ["IMAGE_EXTENSIONS", "ConvertError", "ConvertReport", "ConvertSettings", "ImageFile", "convert"]
+
 REENCODE_FORMATS = {"jpg": "JPEG", "png": "PNG", "webp": "WEBP"}
 VERIFY_MODES = ("header", "decode")
 PLAN_VERSION = 1
 """Bump when the bytes written for the same inputs change, so old shards are not reused."""
 
-_FIELD_FOR_EXT = {"jpeg": "jpg", "jpe": "jpg"}
 _FORMAT_FIELD = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp"}
-
-
-class ConvertError(WdsxError):
-    """The conversion cannot go on (bad source folder, or a bad image with ``strict``)."""
 
 
 @dataclass(frozen=True)
@@ -91,19 +86,6 @@ class ConvertSettings:
             raise ValueError("--resize must be positive")
 
 
-@dataclass(frozen=True, slots=True)
-class ImageFile:
-    """One source image and the sample it becomes."""
-
-    path: str
-    """Relative to the source folder, with ``/`` separators."""
-    key: str
-    label: int
-    field: str
-    """Extension under which the original bytes are stored (lower case, ``jpeg`` -> ``jpg``)."""
-    size: int
-
-
 @dataclass(frozen=True)
 class ShardJob:
     """One shard to write: everything a worker process needs."""
@@ -116,6 +98,7 @@ class ShardJob:
     fingerprint: str
     strict: bool
     options: SourceOptions | None
+    follow_symlinks: bool = False
 
 
 @dataclass
@@ -133,62 +116,16 @@ class ConvertReport:
     samples_written: int = 0
     """Samples this run wrote."""
     skipped: list[tuple[str, str]] = field(default_factory=list)
-    """``(path, reason)`` of the images left out of this rank's shards (written or reused)."""
+    """``(path, reason)`` of the images left out of this rank's shards (written or reused), and
+    of what listing the folder left out (links out of it)."""
+    warnings: list[tuple[str, str]] = field(default_factory=list)
+    """``(path, message)`` of the warnings decoders gave about the images this run wrote (say,
+    Pillow's "truncated EXIF data"), instead of letting them spill onto stderr."""
+    src: str = ""
+    """The source folder; the paths above are relative to it."""
     manifest_url: str | None = None
     """The manifest, when this run found every shard complete and wrote (or found) it."""
     seconds: float = 0.0
-
-
-# --- the source folder ------------------------------------------------------------------------
-
-
-def _escape(stem: str) -> str:
-    """A key part without dots (readers cut keys at the first dot), reversibly: ``%`` -> ``%25``."""
-    return stem.replace("%", "%25").replace(".", "%2E")
-
-
-def _walk(root: str, relative: str) -> list[tuple[str, int]]:
-    """``(relative path, size)`` of every non-hidden file below ``root/relative``."""
-    found = []
-    with os.scandir(os.path.join(root, relative)) as entries:
-        for entry in entries:
-            if entry.name.startswith("."):
-                continue
-            path = f"{relative}/{entry.name}"
-            if entry.is_dir():
-                found += _walk(root, path)
-            elif entry.name.rpartition(".")[2].lower() in IMAGE_EXTENSIONS:
-                found.append((path, entry.stat().st_size))
-    return found
-
-
-def list_images(src: str) -> tuple[list[str], list[ImageFile]]:
-    """The class names (sorted sub-folders) and the images, sorted by path, with their keys.
-
-    Hidden files and folders (``.``-prefixed, e.g. macOS ``._x.jpg`` or
-    ``.ipynb_checkpoints``) are ignored. The key is the path without extension, its last
-    component escaped (``.`` -> ``%2E``); when one folder holds several images with the same
-    stem (``a.jpg``, ``a.png``) their keys keep the escaped extension so they stay distinct.
-    """
-    if not os.path.isdir(src):
-        raise ConvertError(f"{src}: not a directory")
-    classes = sorted(e.name for e in os.scandir(src) if e.is_dir() and not e.name.startswith("."))
-    found = sorted(
-        (path, size, label) for label, name in enumerate(classes) for path, size in _walk(src, name)
-    )
-    stems = Counter(path.rpartition(".")[0] for path, _, _ in found)
-    images = []
-    for path, size, label in found:
-        stem, _, ext = path.rpartition(".")
-        directory, _, base = stem.rpartition("/")
-        base = base if stems[stem] == 1 else f"{base}.{ext}"
-        field_name = _FIELD_FOR_EXT.get(ext.lower(), ext.lower())
-        images.append(ImageFile(path, f"{directory}/{_escape(base)}", label, field_name, size))
-    keys = Counter(image.key for image in images)
-    clashes = [image.path for image in images if keys[image.key] > 1]
-    if clashes:
-        raise ConvertError(f"these images would get the same sample key: {clashes[:4]}; rename them")
-    return classes, images
 
 
 # --- the plan ---------------------------------------------------------------------------------
@@ -237,6 +174,15 @@ def fingerprint(
 # --- one shard ----------------------------------------------------------------------------------
 
 
+def _opened(data: bytes) -> Image.Image:
+    """``data`` opened by Pillow; a format it does not know is a ValueError saying so (Pillow's
+    own message names the in-memory buffer, ``<_io.BytesIO object at 0x...>``, not the file)."""
+    try:
+        return Image.open(io.BytesIO(data))
+    except UnidentifiedImageError:
+        raise ValueError("not an image format Pillow recognises") from None
+
+
 def check_image(data: bytes, verify: str = "header") -> None:
     """Raise if ``data`` is not a readable image.
 
@@ -244,7 +190,7 @@ def check_image(data: bytes, verify: str = "header") -> None:
     with its end-of-image marker, which catches truncated files at little cost; ``decode``
     also decodes the pixels (JPEG at 1/8 scale, which still reads every coded block).
     """
-    with Image.open(io.BytesIO(data)) as image:
+    with _opened(data) as image:
         image_format = image.format or ""
         if verify == "decode":
             if image_format == "JPEG":
@@ -290,7 +236,7 @@ def prepare_image(data: bytes, image_file: ImageFile, settings: ConvertSettings)
     if settings.reencode is None and settings.resize is None:
         check_image(data, settings.verify)
         return image_file.field, data
-    with Image.open(io.BytesIO(data)) as image:
+    with _opened(data) as image:
         too_large = settings.resize is not None and min(image.size) > settings.resize
         shorter = settings.resize if too_large else None
         if settings.reencode is None and shorter is None:
@@ -307,7 +253,7 @@ def prepare_image(data: bytes, image_file: ImageFile, settings: ConvertSettings)
 
 
 def _write_json(url: str, value: object, options: SourceOptions | None) -> None:
-    with open_sink(url, options) as sink:
+    with open_shard_sink(url, options) as sink:
         sink.write(json.dumps(value).encode("utf-8"))
 
 
@@ -316,26 +262,41 @@ def _read_json(url: str, options: SourceOptions | None) -> dict | None:
     return None if data is None else json.loads(data)
 
 
+def _read_image(job: ShardJob, image_file: ImageFile) -> bytes:
+    """The bytes of one source image; a link that has come to lead out of the folder since it
+    was listed is refused (unless links are followed)."""
+    target = None if job.follow_symlinks else leaves_folder(job.src, image_file.path)
+    if target is not None:
+        raise ValueError(f"symbolic link to {target}, outside the source folder")
+    with open(os.path.join(job.src, image_file.path), "rb") as file:
+        return file.read()
+
+
 def write_shard(job: ShardJob, progress: Callable[[int], object] = lambda n: None) -> dict:
-    """Write one planned shard, then its completion record; returns the record."""
-    skipped = []
+    """Write one planned shard, then its completion record; returns the record.
+
+    Warnings that decoders give about an image are recorded with its path, not printed."""
+    skipped, noted = [], []
     with TarWriter(job.url, encoder=False, options=job.options) as writer:
         for image_file in job.images:
-            try:
-                with open(os.path.join(job.src, image_file.path), "rb") as file:
-                    data = file.read()
-                field_name, payload = prepare_image(data, image_file, job.settings)
-            except Exception as exn:
-                reason = f"{type(exn).__name__}: {exn}"
-                if job.strict:
-                    raise ConvertError(f"{image_file.path}: {reason} (--strict)") from exn
-                skipped.append((image_file.path, reason))
-            else:
-                label = b"%d" % image_file.label
-                writer.write({"__key__": image_file.key, field_name: payload, "cls": label})
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                try:
+                    field_name, payload = prepare_image(
+                        _read_image(job, image_file), image_file, job.settings
+                    )
+                except Exception as exn:
+                    reason = f"{type(exn).__name__}: {exn}"
+                    if job.strict:
+                        raise ConvertError(f"{image_file.path}: {reason} (--strict)") from exn
+                    skipped.append((image_file.path, reason))
+                else:
+                    label = b"%d" % image_file.label
+                    writer.write({"__key__": image_file.key, field_name: payload, "cls": label})
+            noted += [(image_file.path, f"{w.category.__name__}: {w.message}") for w in caught]
             progress(1)
     entry = ShardEntry(posixpath.basename(job.url), writer.count, writer.bytes_written, writer.sha256)
-    record = {"fingerprint": job.fingerprint, "shard": asdict(entry), "skipped": skipped}
+    record = {"fingerprint": job.fingerprint, "shard": asdict(entry), "skipped": skipped, "warnings": noted}
     _write_json(job.record_url, record, job.options)
     return record
 
@@ -357,15 +318,6 @@ def _is_complete(url: str, entry: dict) -> bool:
         return os.stat(path).st_size == entry["bytes"]
     except FileNotFoundError:
         return False
-
-
-def _remove_stale_temps(url: str) -> None:
-    """Delete what killed writers left of a file (local sinks' ``.<name>.*.partial`` files)."""
-    path = local_path(url)
-    if path is not None:
-        directory, base = os.path.split(path)
-        for stale in glob.glob(os.path.join(glob.escape(directory), f".{glob.escape(base)}.*.partial")):
-            os.unlink(stale)
 
 
 def _manifest_records(manifest_url: str, plan_id: str, options: SourceOptions | None) -> dict[str, dict]:
@@ -485,6 +437,17 @@ def _run_jobs(jobs: list[ShardJob], workers: int, bar: Any) -> list[dict]:
     return records
 
 
+def _no_samples(report: ConvertReport) -> ConvertError:
+    """The error of a run whose shards hold no sample at all, with the report attached."""
+    examples = "; ".join(f"{path}: {reason}" for path, reason in report.skipped[:3])
+    error = ConvertError(
+        f"{report.src}: no image could be read, nothing usable was written "
+        f"({len(report.skipped)} skipped{', e.g. ' + examples if examples else ''})"
+    )
+    error.report = report
+    return error
+
+
 def convert(
     src: str,
     dest: str,
@@ -496,6 +459,7 @@ def convert(
     strict: bool = False,
     progress: bool = False,
     options: SourceOptions | None = None,
+    follow_symlinks: bool = False,
 ) -> ConvertReport:
     """Convert the image folder ``src`` into shards at ``dest`` (a pattern or a prefix).
 
@@ -503,6 +467,9 @@ def convert(
     when it is initialised, else the launcher's (torchrun, SLURM, Open MPI or MPICH variables;
     see :func:`wdsx.core.topology.rank_and_world`), else 0 of 1.
     ``strict`` raises :class:`ConvertError` at the first unreadable image instead of skipping it.
+    Symbolic links out of ``src`` are left out (and reported) unless ``follow_symlinks``.
+    A rank whose shards end up holding no sample at all raises :class:`ConvertError` (with the
+    report as its ``report`` attribute) instead of writing the manifest of an empty dataset.
     """
     started = time.perf_counter()
     settings = settings or ConvertSettings()
@@ -512,14 +479,14 @@ def convert(
         raise ConvertError(f"rank {rank} is not in 0..{world_size - 1}")
     src = os.path.abspath(src)
     pattern = shard_pattern(dest)
-    classes, images = list_images(src)
-    if not images:
+    listing = list_images(src, follow_symlinks)
+    if not listing.images:
         raise ConvertError(f"{src}: no images found (expected one sub-folder of images per class)")
-    shards = plan_shards(images, settings)
-    plan_id = fingerprint(classes, shards, settings)
+    shards = plan_shards(listing.images, settings)
+    plan_id = fingerprint(listing.classes, shards, settings)
     urls = [pattern % number for number in range(len(shards))]
     records = _Records(urls, manifest_url_for_pattern(pattern), plan_id, options)
-    report = ConvertReport(shards=len(shards))
+    report = ConvertReport(shards=len(shards), src=src, skipped=list(listing.skipped) if rank == 0 else [])
     complete, jobs = [], []
     for number in range(rank, len(shards), world_size):
         record = records.get(number)
@@ -527,11 +494,10 @@ def convert(
             complete.append(record)
             continue
         record_url = _record_url(urls[number])
-        _remove_stale_temps(urls[number])
-        _remove_stale_temps(record_url)
-        jobs.append(
-            ShardJob(urls[number], record_url, src, shards[number], settings, plan_id, strict, options)
+        job = ShardJob(
+            urls[number], record_url, src, shards[number], settings, plan_id, strict, options, follow_symlinks
         )
+        jobs.append(job)
     bar = _progress_bar(sum(len(job.images) for job in jobs), progress)
     try:
         written = _run_jobs(jobs, workers, bar)
@@ -543,7 +509,10 @@ def convert(
     for record in sorted(complete + written, key=lambda record: natural_key(record["shard"]["name"])):
         report.samples += record["shard"]["samples"]
         report.skipped += [(path, reason) for path, reason in record["skipped"]]
-    if records.finish(classes):
+        report.warnings += [(path, message) for path, message in record.get("warnings", [])]
+    if report.samples == 0 and (complete or written):
+        raise _no_samples(report)
+    if records.finish(listing.classes):
         report.manifest_url = records.manifest_url
     report.seconds = time.perf_counter() - started
     return report

@@ -4,8 +4,9 @@ Same arguments and member layout as webdataset 1.0.2 (``key + "." + ext`` in sor
 order, ``_`` fields only with ``keep_meta``), with these differences on purpose:
 
 - the bytes are a pure function of the samples: mtime 0 unless given, gzip without a timestamp;
-- a shard named by URL is written through :func:`wdsx.sources.open_sink`, so it appears under
-  its name only once complete (an exception inside ``with`` discards it), locally or on S3;
+- a shard named by URL is written through :func:`wdsx.write.partial.open_shard_sink`, so it
+  appears under its name only once complete (an exception inside ``with`` discards it), locally
+  or on S3, and what a killed writer left of it is removed by the next writer of that shard;
 - ``ShardWriter`` opens shards lazily (no empty shard when nothing is written, #376) and, at
   ``close()``, writes a manifest listing each shard's sample count, size and SHA-256;
 - fields a reader adds (``__url__``, ``__local_path__``...) are never written back.
@@ -25,7 +26,8 @@ from typing import Any, BinaryIO, TypeVar
 from wdsx.codecs.encode import FieldEncoder, make_encoder
 from wdsx.read.manifest import Manifest, ShardEntry, manifest_url_for_pattern
 from wdsx.read.samples import POSITION
-from wdsx.sources import Sink, SourceOptions, open_sink
+from wdsx.sources import Sink, SourceOptions
+from wdsx.write.partial import open_shard_sink
 from wdsx.write.tarformat import HeaderMaker, end_of_archive, padding
 
 log = logging.getLogger("wdsx")
@@ -167,8 +169,8 @@ class _AllOrNothing:
 class TarWriter(_AllOrNothing):
     """Write samples (dicts with a ``__key__``) as members of one tar file.
 
-    ``fileobj`` is a URL or path (opened with :func:`~wdsx.sources.open_sink`: the file appears
-    only when :meth:`close` completes) or a writable binary stream (left open). ``format`` is
+    ``fileobj`` is a URL or path (opened with :func:`~wdsx.write.partial.open_shard_sink`: the
+    file appears only when :meth:`close` completes) or a writable binary stream (left open). ``format`` is
     accepted for webdataset compatibility, which ignores it too: the output is always ustar,
     with pax headers where needed. ``options`` configure remote sinks.
     """
@@ -199,7 +201,7 @@ class TarWriter(_AllOrNothing):
         self._sink: Sink | None = None
         if isinstance(fileobj, str):
             self.url = fileobj
-            self._sink = open_sink(fileobj, options)
+            self._sink = open_shard_sink(fileobj, options)
             self._out = _Output(self._sink.write, compression)
         else:
             self._out = _Output(fileobj.write, compression)
@@ -292,8 +294,9 @@ class ShardWriter(_AllOrNothing):
     ``post(fname)`` runs after each shard is complete. ``opener(fname)``, when given, returns
     the stream to write instead of :func:`~wdsx.sources.open_sink`; the writer closes it.
 
-    ``manifest``: True writes the manifest at :func:`~wdsx.read.manifest.manifest_url_for_pattern`,
-    a str writes it at that URL, False writes none. ``metadata`` (also settable as the
+    ``manifest``: True writes the manifest at :func:`~wdsx.read.manifest.manifest_url_for_pattern`
+    (except for ``pipe:`` patterns: that URL would be a command nobody wrote), a str writes it at
+    that URL, False writes none. ``metadata`` (also settable as the
     ``metadata`` attribute before ``close``) adds top-level fields to it, such as ``classes``.
     """
 
@@ -333,8 +336,9 @@ class ShardWriter(_AllOrNothing):
         self.shards: list[ShardEntry] = []
         """The shards completed so far."""
         self.metadata: dict[str, Any] = dict(metadata or {})
+        derived = manifest is True and not pattern.startswith("pipe:")
         self.manifest_url: str | None = (
-            manifest if isinstance(manifest, str) else manifest_url_for_pattern(pattern) if manifest else None
+            manifest if isinstance(manifest, str) else manifest_url_for_pattern(pattern) if derived else None
         )
         self._stream: BinaryIO | None = None
 

@@ -1,0 +1,80 @@
+"""The bound of a decoding pipeline: its decoder alone, on the same encoded bytes already in
+memory, in the same number of processes. No loader can do less work than that, so a loader's
+rate divided by this one says how much of the machine goes to anything but decoding.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+
+def field_bytes(urls: Sequence[str], field: str) -> list[bytes]:
+    """Every sample's ``field`` from the shards, in shard order (read with wdsx, raw)."""
+    import wdsx
+
+    return [sample[field] for sample in wdsx.WebDataset(list(urls), shardshuffle=False)]
+
+
+def simplejpeg_rgb(data: bytes) -> Any:
+    """What ``decode("rgb8")`` runs on a JPEG: simplejpeg to an RGB array."""
+    import simplejpeg
+
+    return simplejpeg.decode_jpeg(data, colorspace="RGB")
+
+
+def pillow_rgb(data: bytes) -> Any:
+    """What ``decode("pil")`` runs: Pillow opens, loads and converts to RGB."""
+    import io
+
+    import PIL.Image
+
+    with io.BytesIO(data) as stream:
+        image = PIL.Image.open(stream)
+        image.load()
+        return image.convert("RGB")
+
+
+def _decode_share(
+    payloads: Sequence[bytes], decode: Callable[[bytes], Any], start: Any, done: Any, index: int, of: int
+) -> None:
+    start.wait()
+    for data in payloads[index::of]:
+        decode(data)
+    done.put(index)
+
+
+def decode_rate(payloads: Sequence[bytes], decode: Callable[[bytes], Any], processes: int) -> float:
+    """Items per second of ``processes`` forked processes decoding a share of ``payloads`` each,
+    timed from a common start signal to the last one's end (process start-up not included)."""
+    context = multiprocessing.get_context("fork")
+    start, done = context.Event(), context.Queue()
+    workers = [
+        context.Process(target=_decode_share, args=(payloads, decode, start, done, index, processes))
+        for index in range(processes)
+    ]
+    for worker in workers:
+        worker.start()
+    time.sleep(0.2)  # let them reach the start line
+    began = time.perf_counter()
+    start.set()
+    for _ in workers:
+        done.get()
+    elapsed = time.perf_counter() - began
+    for worker in workers:
+        worker.join()
+    return len(payloads) / elapsed
+
+
+def mean_decode_ms(payloads: Sequence[bytes], decode: Callable[[bytes], Any], limit: int = 500) -> float:
+    """Milliseconds per item of ``decode`` in this process (for profiles)."""
+    sample = list(payloads[:limit])
+    began = time.perf_counter()
+    for data in sample:
+        decode(data)
+    return 1000 * (time.perf_counter() - began) / len(sample)
+
+
+__all__ = ["decode_rate", "field_bytes", "mean_decode_ms", "pillow_rgb", "simplejpeg_rgb"]

@@ -1,0 +1,327 @@
+"""``.npy`` shards: one sample per row of an array saved with ``np.save``.
+
+A shard ``feats-003.npy`` holding an array of shape ``(n, *rest)`` has ``n`` samples
+``{"__key__": "feats-003/<row>", "__url__": url, "npy": <row, an array of shape rest>,
+"__position__": ...}``. The count comes from the header, so dealing an epoch never reads data.
+Local shards are memory-mapped; remote ones are read whole into memory when streamed, and row
+by row (one ranged request each) for random access.
+
+**Order and cursor.** When shards are shuffled, each shard's rows are read in a random order
+that changes every epoch: a permutation that is a pure function of (seed, epoch, shard URL),
+so every rank, worker and restart computes the same one. A sample's position is (URL, row
+index, ordinal, padding flag), where the ordinal is the sample's place in that order. So the
+cursor of a reader is an ordinal — the deal, its spans, exact and elastic resume work on
+ordinals exactly as for tar shards — and reading a position back needs no permutation: the
+row index says which row. Without shuffling the order is the file's, and ordinal = row.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from wdsx.core import rng
+from wdsx.core.errors import ShardError
+from wdsx.read.formats import format_of, shard_stem, with_extra
+from wdsx.read.rows import RowKeys, RowPositions
+from wdsx.read.samples import POSITION, Cursor
+from wdsx.read.tar import read_exact
+from wdsx.sources import Source, SourceOptions, open_source
+from wdsx.state.position import Position, make_position
+
+if TYPE_CHECKING:
+    from wdsx.read.shard import ReadSettings
+    from wdsx.sources.prefetch import Prefetcher
+
+log = logging.getLogger("wdsx")
+
+MAGIC = b"\x93NUMPY"
+
+
+@dataclass(frozen=True)
+class NpyHeader:
+    """What a ``.npy`` header says: the dtype, the shape, and where the data starts."""
+
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    data_offset: int
+
+    @property
+    def rows(self) -> int:
+        return self.shape[0]
+
+    @property
+    def row_bytes(self) -> int:
+        return self.dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
+
+    @property
+    def data_bytes(self) -> int:
+        return self.rows * self.row_bytes
+
+
+def parse_header(url: str, read: Callable[[int], bytes]) -> NpyHeader:
+    """The header at the start of a ``.npy`` stream; the stream is left at the first data byte.
+    Arrays without rows to read one by one (0-d, object dtype, Fortran order) are refused."""
+    head = read_exact(read, 10)
+    if not head.startswith(MAGIC) or len(head) < 10:
+        raise ShardError(url, 0, "not a .npy file (no NUMPY magic)")
+    if head[6] >= 2:
+        head += read_exact(read, 2)
+        length = int.from_bytes(head[8:12], "little")
+    else:
+        length = int.from_bytes(head[8:10], "little")
+    text = read_exact(read, length)
+    if len(text) < length:
+        raise ShardError(url, len(head) + len(text), "the .npy header is truncated")
+    stream = io.BytesIO(head + text)
+    try:
+        version = np.lib.format.read_magic(stream)
+        reader = np.lib.format.read_array_header_1_0 if version[0] == 1 else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = reader(stream)
+    except ValueError as exn:
+        raise ShardError(url, 0, f"not a readable .npy header: {exn}") from exn
+    if not shape:
+        raise ShardError(url, 0, "the .npy array is 0-dimensional: it has no rows")
+    if dtype.hasobject:
+        raise ShardError(url, 0, "the .npy array holds Python objects (pickles), which wdsx does not load")
+    if fortran and len(shape) > 1:
+        raise ShardError(
+            url, 0, "the .npy array is in Fortran order, so its rows are not contiguous: save it in C order"
+        )
+    return NpyHeader(dtype, tuple(shape), len(head) + length)
+
+
+def read_header(url: str, options: SourceOptions | None = None) -> NpyHeader:
+    """The header of the ``.npy`` shard at ``url`` (one small read, or one ranged request)."""
+    with open_source(url, 0, options) as source:
+        return parse_header(url, source.read)
+
+
+def header_counts(urls: Sequence[str], options: SourceOptions | None = None) -> list[int] | None:
+    """Per-shard sample counts read from the headers when every shard is an ``.npy`` shard
+    (one small read each); None otherwise."""
+    if not urls or any(format_of(url) != "npy" for url in urls):
+        return None
+    return [read_header(url, options).rows for url in urls]
+
+
+def count_rows(url: str, read: Callable[[int], bytes]) -> int:
+    """The number of samples (rows) of a ``.npy`` stream, from its header."""
+    return parse_header(url, read).rows
+
+
+class Rows:
+    """The rows of one shard: a memory map of a local file, or the data of a remote one read
+    whole into memory."""
+
+    def __init__(self, url: str, header: NpyHeader, array: np.ndarray, local_path: str | None):
+        self.url = url
+        self.header = header
+        self.array = array
+        self.local_path = local_path
+
+    @classmethod
+    def open(
+        cls, url: str, options: SourceOptions, sha256: str | None = None, prefetcher: Prefetcher | None = None
+    ) -> Rows:
+        source = prefetcher.open(url, 0, sha256) if prefetcher is not None else open_source(url, 0, options, sha256=sha256)
+        with source:
+            header = parse_header(url, source.read)
+            if source.local_path is not None:
+                return cls(url, header, _mapped(url, source.local_path, header), source.local_path)
+            log.info("%s is remote: reading its %d bytes of rows into memory", url, header.data_bytes)
+            data = _read_data(url, source, header)
+        return cls(url, header, np.frombuffer(data, header.dtype).reshape(header.shape), None)
+
+    @property
+    def count(self) -> int:
+        return self.header.rows
+
+    def row(self, index: int) -> np.ndarray:
+        """Row ``index`` as an array of its own (not a view that keeps the shard mapped)."""
+        return np.array(self.array[index])
+
+    def gather(self, rows: np.ndarray) -> np.ndarray:
+        """The rows at ``rows``, stacked into one new array."""
+        return np.asarray(self.array.take(rows, axis=0))
+
+
+def _mapped(url: str, path: str, header: NpyHeader) -> np.ndarray:
+    if header.data_bytes == 0:
+        return np.empty(header.shape, header.dtype)
+    try:
+        return np.memmap(path, header.dtype, "r", header.data_offset, header.shape)
+    except ValueError as exn:  # the file is shorter than the header says
+        raise ShardError(url, header.data_offset, f"the shard is shorter than its header says ({exn})") from exn
+
+
+def _read_data(url: str, source: Source, header: NpyHeader) -> bytearray:
+    data = bytearray(header.data_bytes)
+    view, filled = memoryview(data), 0
+    while filled < len(data):
+        got = source.readinto(view[filled:])
+        if not got:
+            raise ShardError(
+                url, header.data_offset + filled, f"the shard ends after {filled} of {len(data)} data bytes"
+            )
+        filled += got
+    return data
+
+
+def read_row(url: str, header: NpyHeader, index: int, options: SourceOptions | None = None) -> np.ndarray:
+    """Row ``index`` of a shard whose header is known, read alone: a seek, or one ranged
+    request for exactly its bytes."""
+    if not 0 <= index < header.rows:
+        raise IndexError(f"{url} has {header.rows} rows, not {index + 1}")
+    offset = header.data_offset + index * header.row_bytes
+    with open_source(url, offset, options) as source:
+        data = read_exact(source.read, header.row_bytes)
+    if len(data) < header.row_bytes:
+        raise ShardError(url, offset, f"the shard ends inside row {index}")
+    return np.frombuffer(data, header.dtype).reshape(header.shape[1:]).copy()
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def draws(seed: int, n: int) -> np.ndarray:
+    """``rng.draw(seed, i)`` for ``i`` in ``range(n)``, computed as one array (SplitMix64)."""
+    with np.errstate(over="ignore"):
+        x = np.arange(n, dtype=np.uint64) * _GOLDEN + np.uint64(seed) + _GOLDEN
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def row_order(rows: int, url: str, seed: int | None) -> np.ndarray | None:
+    """The order in which a shard's rows are read: None for the file's order, else a random
+    permutation that is a pure function of ``seed`` (the epoch's) and the shard's URL: rows
+    sorted by one 64-bit random draw each, independent of the numpy version."""
+    if seed is None:
+        return None
+    return np.argsort(draws(rng.derive_seed("rows", seed, url), rows), kind="stable")
+
+
+def _column(value: Any, size: int) -> Any:
+    """An extra field (``__local_path__``, ``__pad__``) as ``default_collation_fn`` collates it."""
+    return np.full(size, value) if isinstance(value, (int, float)) else [value] * size
+
+
+class RowPiece:
+    """The samples of ordinals ``[cursor.ordinal, stop)`` of one shard, in the epoch's row
+    order, one by one (an iterator) or a whole batch at a time (:meth:`take`). The cursor
+    holds the ordinal and row of the next sample."""
+
+    def __init__(
+        self,
+        rows: Rows,
+        order: np.ndarray | None,
+        cursor: Cursor,
+        stop: int | None,
+        extra: dict[str, Any] | None,
+    ):
+        self.rows = rows
+        self.order = order
+        self.cursor = cursor
+        self.end = rows.count if stop is None else min(stop, rows.count)
+        self.extra = extra
+        self.stem = shard_stem(rows.url)
+        self.single = 0
+        """Samples yielded one by one since the last batch."""
+        self._advance(cursor.ordinal)
+
+    def _row(self, ordinal: int) -> int:
+        return ordinal if self.order is None else int(self.order[ordinal])
+
+    def _advance(self, ordinal: int) -> None:
+        cursor = self.cursor
+        cursor.ordinal = ordinal
+        cursor.offset = self._row(ordinal) if ordinal < self.rows.count else ordinal
+        cursor.done = ordinal >= self.end
+
+    def __iter__(self) -> RowPiece:
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        ordinal = self.cursor.ordinal
+        if ordinal >= self.end:
+            self.cursor.done = True
+            raise StopIteration
+        row, url = self._row(ordinal), self.rows.url
+        sample = {"__key__": f"{self.stem}/{row}", "__url__": url, "npy": self.rows.row(row)}
+        sample[POSITION] = make_position(url, row, ordinal)
+        self._advance(ordinal + 1)
+        self.single += 1
+        return with_extra(sample, self.extra)
+
+    def take(self, size: int, back: int) -> tuple[dict[str, Any], RowPositions] | None:
+        first = self.cursor.ordinal - back
+        if back > self.single or first + size > self.end:
+            return None
+        if self.order is None:
+            rows = np.arange(first, first + size)
+            data = np.array(self.rows.array[first : first + size])
+        else:
+            rows = self.order[first : first + size]
+            data = self.rows.gather(rows)
+        url, extra = self.rows.url, self.extra or {}
+        positions = RowPositions(url, rows, first, bool(extra.get("__pad__")))
+        batch = {"__key__": RowKeys(self.stem, rows), "__url__": [url] * size, "npy": data, POSITION: positions}
+        batch.update((name, _column(value, size)) for name, value in extra.items())
+        self._advance(first + size)
+        self.single = 0
+        return batch, positions
+
+    def close(self) -> None:
+        """Nothing to release: the rows are a memory map or bytes in memory."""
+
+
+def read_piece(
+    url: str,
+    cursor: Cursor,
+    stop: int | None,
+    settings: ReadSettings,
+    extra: dict[str, Any] | None = None,
+    prefetcher: Prefetcher | None = None,
+    count: int | None = None,
+    row_seed: int | None = None,
+) -> RowPiece:
+    """The samples of a ``.npy`` shard from ``cursor``'s ordinal up to ``stop``, in the order
+    of ``row_seed`` (None: the file's). The cursor's offset is not needed: the order says
+    which row each ordinal is. ``count`` (from a manifest): a shard with fewer rows is an error."""
+    rows = Rows.open(url, settings.options, settings.expected_hash(url), prefetcher)
+    if count is not None and rows.count < count:
+        raise ShardError(
+            url, 0, f"the shard has {rows.count} rows, but its sample count (from its manifest or counts=) is {count}"
+        )
+    if settings.add_local_path and rows.local_path is not None:
+        extra = {**(extra or {}), "__local_path__": rows.local_path}
+    return RowPiece(rows, row_order(rows.count, url, row_seed), cursor, stop, extra)
+
+
+def read_positions(positions: Sequence[Position], settings: ReadSettings) -> list[dict[str, Any]]:
+    """The samples at ``positions`` (row indices), each shard opened once."""
+    opened: dict[str, Rows] = {}
+    samples = []
+    for position in positions:
+        url, row = position.url, position.offset
+        rows = opened.get(url)
+        if rows is None:
+            rows = opened[url] = Rows.open(url, settings.options, settings.expected_hash(url))
+        if not 0 <= row < rows.count:
+            raise ShardError(url, row, f"no row {row} in a shard of {rows.count} rows (restoring a buffer)")
+        sample = {"__key__": f"{shard_stem(url)}/{row}", "__url__": url, "npy": rows.row(row)}
+        sample[POSITION] = Position(url, row, position.ordinal)
+        extra: dict[str, Any] = {}
+        if settings.add_local_path and rows.local_path is not None:
+            extra["__local_path__"] = rows.local_path
+        if position.pad:
+            extra["__pad__"] = True
+        samples.append(with_extra(sample, extra))
+    return samples
+

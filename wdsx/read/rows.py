@@ -1,0 +1,102 @@
+"""Whole batches of rows, gathered in one step instead of sample by sample.
+
+A reader of a row format (``.npy``) can hand the batching stage right after it a whole batch
+at once (:class:`RowSource`): the rows' data gathered with one ``take``, and the per-row
+metadata — keys and positions — as lazy columns that build each element only when it is
+looked at. Building a batch then costs about what gathering its rows costs, whatever the
+batch size; a checkpoint, an ``unbatched()`` or a look at ``batch["__key__"]`` materialises
+only what it touches.
+
+The columns are read-only sequences: they index, slice (into lists), iterate, have a length
+and compare equal to lists with the same elements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol, TypeVar, overload, runtime_checkable
+
+import numpy as np
+
+from wdsx.state.position import Position
+
+T = TypeVar("T")
+
+
+class RowColumn(Sequence[T]):
+    """A column of a batch of rows (``rows``: their row indices), built element by element on
+    access. Subclasses say how one element is made (:meth:`item`)."""
+
+    def __init__(self, rows: np.ndarray):
+        self.rows = rows
+
+    def item(self, index: int) -> T:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @overload
+    def __getitem__(self, index: int) -> T: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[T]: ...
+
+    def __getitem__(self, index: int | slice) -> T | list[T]:
+        if isinstance(index, slice):
+            return [self.item(i) for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("row column index out of range")
+        return self.item(index)
+
+    def __iter__(self) -> Iterator[T]:
+        return map(self.item, range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (Sequence, np.ndarray)) and not isinstance(other, (str, bytes)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+
+class RowKeys(RowColumn[str]):
+    """The ``__key__`` column: ``<shard stem>/<row>`` for each row."""
+
+    def __init__(self, stem: str, rows: np.ndarray):
+        super().__init__(rows)
+        self.stem = stem
+
+    def item(self, index: int) -> str:
+        return f"{self.stem}/{self.rows[index]}"
+
+
+class RowPositions(RowColumn[Position]):
+    """The positions of a batch of consecutive samples of one shard: row ``rows[i]`` is the
+    sample of ordinal ``first + i``."""
+
+    def __init__(self, url: str, rows: np.ndarray, first: int, pad: bool = False):
+        super().__init__(rows)
+        self.url = url
+        self.first = first
+        self.pad = pad
+
+    def item(self, index: int) -> Position:
+        return Position(self.url, int(self.rows[index]), self.first + index, self.pad)
+
+
+@runtime_checkable
+class RowSource(Protocol):
+    """A piece of a shard being read that can also hand out whole batches of its samples."""
+
+    def take(self, size: int, back: int) -> tuple[dict[str, Any], RowPositions] | None:
+        """A batch of ``size`` samples, collated as ``default_collation_fn`` would: the last
+        ``back`` samples this piece yielded one by one, then the next ``size - back``; None
+        when the piece cannot (fewer samples left, or fewer than ``back`` yielded since the
+        last batch). The piece's cursor moves past the batch."""
+        ...
