@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 TORCH  := torch==2.13.0
 
-.PHONY: demo test test-fast bench lint typecheck clean install
+.PHONY: demo test test-fast bench lint typecheck fuzz clean install
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,14 @@ test-fast: $(VENV)/.installed-test
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/run.py
+
+# A long fuzzing campaign over the reading API (`make test` runs a short one): a watchdog and a
+# memory cap per input, a summary by outcome class, exit status 1 on any failure.
+FUZZ_INPUTS  ?= 1000000
+FUZZ_WORKERS ?= 2
+FUZZ_SEED    ?= 1
+fuzz: $(VENV)/.installed-test
+	$(BIN)/python -m tests.fuzz --inputs $(FUZZ_INPUTS) --workers $(FUZZ_WORKERS) --seed $(FUZZ_SEED)
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check wdsx tests examples scripts benchmarks

@@ -53,9 +53,12 @@ def export(revision: str, folder: str) -> str:
 
 
 def rate(tree: str, builder: str, urls: list[str], batched: bool) -> float:
-    code = MEASURE.format(builder=builder, urls=urls, batched=batched)
+    code = MEASURE.format(builder=builder, urls=[os.path.abspath(url) for url in urls], batched=batched)
     env = dict(os.environ, PYTHONPATH=tree)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    # run in the tree: ``python -c`` puts the working directory first on sys.path
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=tree
+    )
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["file"].startswith(tree), f"measured {result['file']}, not the tree under {tree}"
     return float(result["rate"])

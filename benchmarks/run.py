@@ -3,7 +3,7 @@
 Prints a table of rates and ratios (medians of interleaved runs: this machine is shared and
 noisy, so only same-run ratios mean anything) and writes it to ``bench-out/results.md``.
 
-    python benchmarks/run.py [--only read,resume,s3,convert] [--repeats 3]
+    python benchmarks/run.py [--only read,resume,s3,convert,formats] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -126,7 +126,19 @@ def convert_section() -> list[Row]:
     return rows
 
 
-SECTIONS = {"read": read_section, "resume": resume_section, "s3": s3_section, "convert": convert_section}
+def formats_section() -> list[Row]:
+    from benchmarks.bench_formats import formats_table
+
+    return formats_table()
+
+
+SECTIONS = {
+    "read": read_section,
+    "resume": resume_section,
+    "s3": s3_section,
+    "convert": convert_section,
+    "formats": formats_section,
+}
 
 
 def render(rows: list[Row]) -> str:

@@ -15,6 +15,7 @@ import torch
 import webdataset
 
 import wdsx
+from wdsx.core.sampleseed import EPOCH_SEED
 from wdsx.read.samples import POSITION
 
 warnings.filterwarnings("ignore", message=".*shardshuffle.*")
@@ -53,7 +54,7 @@ def urls(tmp_path_factory) -> list[str]:
 def plain(value):
     """Comparable form of a pipeline output."""
     if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items() if k != POSITION}
+        return {k: plain(v) for k, v in value.items() if k not in (POSITION, EPOCH_SEED)}
     if isinstance(value, (list, tuple)):
         return type(value)(plain(v) for v in value)
     if isinstance(value, torch.Tensor):

@@ -1,5 +1,6 @@
 """The README's examples run: its `wdsx` commands, then each Python block, in a scratch folder
-that holds the repository's data/ (blocks starting with ``# requires:`` need outside services)."""
+that holds the repository's data/ (blocks starting with ``# requires:`` need outside services
+and are only compiled; blocks starting with ``# slow:`` run in a test marked slow)."""
 
 from __future__ import annotations
 
@@ -35,18 +36,30 @@ def scratch(tmp_path_factory):
 
 
 PYTHON_BLOCKS = blocks("python")
+SLOW_BLOCKS = [number for number, code in enumerate(PYTHON_BLOCKS) if code.startswith("# slow:")]
+
+
+def run_block(number: int) -> None:
+    code = PYTHON_BLOCKS[number]
+    exec(compile(code, f"README block {number}", "exec"), {"__name__": f"readme_{number}"})
 
 
 @pytest.mark.parametrize("number", range(len(PYTHON_BLOCKS)))
 def test_python_example_runs(scratch, number):
     code = PYTHON_BLOCKS[number]
-    if code.startswith("# requires:"):
+    if code.startswith(("# requires:", "# slow:")):
         compile(code, f"README block {number}", "exec")
         return
-    exec(compile(code, f"README block {number}", "exec"), {"__name__": f"readme_{number}"})
+    run_block(number)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("number", SLOW_BLOCKS)
+def test_slow_python_example_runs(scratch, number):
+    run_block(number)
 
 
 def test_readme_documents_every_subcommand():
     text = "".join(blocks("sh")) + open(os.path.join(ROOT, "README.md")).read()
     for module in cli.COMMANDS:
-        assert f"wdsx {module.rsplit('.', 1)[-1].replace('manifest', 'index')}" in text
+        assert f"wdsx {module.rsplit('.', 1)[-1].replace('manifest', 'index').replace('_', '-')}" in text

@@ -95,11 +95,14 @@ def samples(urls: list[str], options: SourceOptions) -> list[dict]:
     return [strip(sample) for sample in wdsx.WebDataset(urls, options=options, manifest=False)]
 
 
-def test_memory_pipeline_prefix_and_glob(local):
+def test_memory_pipeline_prefix_glob_and_cache(local, tmp_path):
     urls = upload("memory", "wdsx-tests/train", local)
     fsspec.filesystem("memory").pipe("memory://wdsx-tests/train/notes.txt", b"not a shard")
     try:
         assert samples(urls, SourceOptions()) == local_samples(local.urls)
+        cached = SourceOptions(cache_dir=str(tmp_path / "cache"), prefetch=2)
+        assert samples(urls, cached) == local_samples(local.urls)
+        assert len(os.listdir(tmp_path / "cache")) >= len(urls)
         assert list_shards("memory://wdsx-tests/train/") == urls
         assert list_shards("memory://wdsx-tests/train/shard-00000[2-4].tar") == urls[2:5]
         assert list_shards("memory://wdsx-tests/nothing/") == []

@@ -58,15 +58,17 @@ from wdsx.core.topology import pytorch_worker_info
 from wdsx.core.utilities import pipe_cleaner
 from wdsx.gopen import ABSENT as _GOPEN_ABSENT
 from wdsx.gopen import gopen
+from wdsx.loader.check import ResumeReport, check_resume
 from wdsx.loader.webloader import WebLoader, gather_loader_state, split_loader_state
 from wdsx.pipeline.datapipeline import DataPipeline
 from wdsx.pipeline.datasets import MockDataset, with_epoch, with_length
 from wdsx.pipeline.fluid import FluidInterface
+from wdsx.pipeline.indexed import IndexedDataset, ShardLocalSampler
 from wdsx.pipeline.mixing import Mix, RandomMix, RoundRobin
+from wdsx.pipeline.randomness import sample_rng
 from wdsx.pipeline.webdataset import FluidWrapper, WebDataset
 from wdsx.read.manifest import Manifest
 from wdsx.read.samples import POSITION
-from wdsx.state.position import Position
 from wdsx.sources import SourceOptions
 from wdsx.stages.base import Stage, pipelinefilter, stateless
 from wdsx.stages.batch import batched, collate_torch, default_collation_fn, listed, unbatched, unlisted
@@ -106,6 +108,8 @@ from wdsx.stages.transforms import (
     transform_with,
     xdecode,
 )
+from wdsx.state.position import Position
+from wdsx.write.jsonl import JsonlShardWriter, JsonlWriter
 from wdsx.write.writer import ShardWriter, TarWriter
 
 __getattr__ = _absent_names(

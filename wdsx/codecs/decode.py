@@ -35,6 +35,7 @@ IMAGE_EXTENSIONS = (
     "psd bw rgb rgba sgi ras tga icb vda vst webp wmf emf xbm xpm"
 ).split()
 _JPEG_EXTENSIONS = frozenset(("jpg", "jpeg", "jpe", "jfif"))
+_FAST_COLORSPACES = ("YCbCr", "Gray")  # JPEGs simplejpeg decodes to RGB exactly as Pillow does
 
 IMAGE_SPECS = {
     "l8": ("numpy", "uint8", "l"),
@@ -204,9 +205,27 @@ class ImageHandler(ResolvedHandler):
             colorspace = simplejpeg.decode_jpeg_header(data)[2]
         except ValueError:
             return self._decode_pil(data)
-        if colorspace not in ("YCbCr", "Gray"):
+        if colorspace not in _FAST_COLORSPACES:
             return self._decode_pil(data)
         return self._finish(simplejpeg.decode_jpeg(data, colorspace="RGB"))
+
+    def into_decoder_for(self, key: str) -> Callable[[bytes, np.ndarray], bool] | None:
+        """For spec ``rgb8`` and a JPEG extension: a function that decodes such a field
+        straight into a given uint8 height x width x 3 array (a slot of a batch), giving the
+        same pixels as :meth:`decoder_for`'s. It returns False, leaving the array alone, for
+        a JPEG that needs Pillow or whose size differs. None where there is no such path."""
+        fast = self.decoder_for(key) == self._decode_jpeg
+        return self._decode_jpeg_into if fast and self.imagespec == "rgb8" else None
+
+    def _decode_jpeg_into(self, data: bytes, out: np.ndarray) -> bool:
+        try:
+            height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+        except ValueError:
+            return False
+        if colorspace not in _FAST_COLORSPACES or out.shape != (height, width, 3):
+            return False
+        simplejpeg.decode_jpeg(data, colorspace="RGB", buffer=out)
+        return True
 
     def _decode_pil(self, data: bytes) -> Any:
         import PIL.Image

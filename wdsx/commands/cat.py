@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from wdsx.commands.common import raw_samples, shard_urls
+from wdsx.commands.common import field_bytes, raw_samples, shard_urls
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     if sample is None:
         print(f"wdsx cat: no sample {args.key!r} in {url}", file=sys.stderr)
         return 1
-    fields = {k: v for k, v in sample.items() if not k.startswith("__")}
+    fields = {k: field_bytes(v) for k, v in sample.items() if not k.startswith("__")}
     if args.field:
         if args.field not in fields:
             print(

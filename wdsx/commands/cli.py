@@ -20,6 +20,8 @@ COMMANDS = (
     "wdsx.commands.cat",
     "wdsx.commands.verify",
     "wdsx.commands.bench",
+    "wdsx.commands.preview",
+    "wdsx.commands.check_resume",
 )
 """Modules providing subcommands, in the order ``wdsx --help`` lists them."""
 

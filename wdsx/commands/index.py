@@ -1,12 +1,16 @@
 """``wdsx index``: a manifest for shards written by other tools, through
-:func:`wdsx.read.manifest.build_manifest`."""
+:func:`wdsx.read.manifest.build_manifest`, and beside each uncompressed tar or JSONL shard its
+offset index for random access (:mod:`wdsx.read.index`)."""
 
 from __future__ import annotations
 
 import argparse
 
 from wdsx.commands.common import shard_urls
+from wdsx.read import formats
+from wdsx.read.index import index_url, scan_index
 from wdsx.read.manifest import build_manifest, manifest_url_beside
+from wdsx.sources import scheme_of
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -15,7 +19,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "index",
         help="write a manifest (sample counts, sizes, SHA-256) for existing shards",
         description="Read every shard once, count its samples and hash it, and write a manifest "
-        "beside the shards (or at --output).",
+        "beside the shards (or at --output); then write, beside each uncompressed tar or JSONL "
+        "shard, its offset index <shard>.idx (where each sample starts) for random access.",
     )
     parser.add_argument(
         "shards", nargs="+", help="shard URLs or patterns (braces, globs, s3://bucket/prefix/)"
@@ -25,6 +30,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--output",
         help="manifest URL (default: derived from the first shard's name; required for pipe:)",
     )
+    parser.add_argument("--no-offsets", action="store_true", help="write the manifest only")
     parser.set_defaults(run=run)
 
 
@@ -37,4 +43,20 @@ def run(args: argparse.Namespace) -> int:
     manifest = build_manifest(urls)
     manifest.write(output)
     print(f"{output}: {len(manifest.shards)} shards, {manifest.total_samples} samples")
+    if not args.no_offsets:
+        written = []
+        for url in filter(has_offsets, urls):
+            try:
+                scan_index(url).write(url)
+                written.append(url)
+            except ValueError as exn:  # compressed without saying so in its name
+                print(f"no offset index: {exn}")
+        if written:
+            print(f"offset indexes: {len(written)} written beside the shards, {index_url(written[0])}...")
     return 0
+
+
+def has_offsets(url: str) -> bool:
+    """Whether an offset index is written for the shard at ``url``: an uncompressed tar or JSONL
+    shard in a store (``.npy`` headers locate rows by themselves; ``pipe:`` has no place beside)."""
+    return formats.format_of(url) != "npy" and formats.seekable(url) and scheme_of(url) != "pipe"

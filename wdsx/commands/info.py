@@ -6,7 +6,9 @@ import argparse
 from collections import Counter
 
 from wdsx.commands.common import human, payload_bytes, raw_samples, shard_urls
+from wdsx.read.formats import format_of
 from wdsx.read.manifest import Manifest, manifest_url_beside
+from wdsx.read.npy import read_header
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -25,13 +27,19 @@ def run(args: argparse.Namespace) -> int:
     samples = total = 0
     for url in urls:
         count = size = 0
-        for sample in raw_samples(url):
+        rows = ""
+        if format_of(url) == "npy":  # the header says it all: no need to read the rows
+            header = read_header(url)
+            count, size = header.rows, header.data_bytes
+            fields["npy"] += count
+            rows = f", rows of {header.dtype} {list(header.shape[1:])}"
+        for sample in raw_samples(url) if not rows else ():
             count += 1
             size += payload_bytes(sample)
             fields.update(key for key in sample if not key.startswith("__"))
             if "cls" in sample:
                 classes[int(sample["cls"])] += 1
-        print(f"{url}: {count} samples, {human(size)}")
+        print(f"{url}: {count} samples, {human(size)}{rows}")
         samples += count
         total += size
     print(f"total: {len(urls)} shards, {samples} samples, {human(total)} of payload")

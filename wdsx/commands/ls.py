@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from wdsx.commands.common import raw_samples, shard_urls
+from wdsx.commands.common import field_size, raw_samples, shard_urls
 from wdsx.read.samples import POSITION
 
 
@@ -18,11 +18,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     for url in shard_urls(args.shards):
         print(f"# {url}")
-        print(f"#{'ordinal':>7} {'offset':>12} key  fields (name:bytes)")
+        print(f"#{'ordinal':>8} {'offset':>12} key  fields (name:bytes)")
         for number, sample in enumerate(raw_samples(url)):
             if args.limit is not None and number >= args.limit:
                 break
             _, offset, ordinal = sample[POSITION][:3]
-            fields = " ".join(f"{k}:{len(v)}" for k, v in sample.items() if not k.startswith("__"))
-            print(f"{ordinal:>8} {offset:>12} {sample['__key__']}  {fields}")
+            fields = " ".join(f"{k}:{field_size(v)}" for k, v in sample.items() if not k.startswith("__"))
+            print(f"{ordinal:>9} {offset:>12} {sample['__key__']}  {fields}")
     return 0

@@ -7,11 +7,17 @@ from __future__ import annotations
 
 import argparse
 import posixpath
+from typing import Any
+
+import numpy as np
 
 from wdsx.codecs.decode import IMAGE_EXTENSIONS, ImageHandler
 from wdsx.commands.common import raw_samples, shard_urls
 from wdsx.core.errors import WdsxError
+from wdsx.read import formats
+from wdsx.read.index import index_url, load_index, scan_index
 from wdsx.read.manifest import Manifest, ShardEntry, index_shard, manifest_url_beside
+from wdsx.sources import scheme_of
 
 _IMAGES = frozenset(IMAGE_EXTENSIONS)
 
@@ -40,21 +46,46 @@ def check_shard(url: str, expected: ShardEntry | None, decode_images: bool) -> l
                 problems.append(
                     f"{field} is {getattr(entry, field)}, manifest says {getattr(expected, field)}"
                 )
-    if decode_images:
+    if decode_images or formats.format_of(url) != "tar":  # JSONL lines are parsed, .npy rows read
         decoder = ImageHandler("rgb8")
-        for sample in raw_samples(url):
-            for ext, data in sample.items():
-                if ext.rsplit(".", 1)[-1] in _IMAGES:
-                    try:
-                        decoder("." + ext, data)
-                    except Exception as exn:
-                        problems.append(f"sample {sample['__key__']!r} field {ext!r} does not decode: {exn}")
+        try:
+            for sample in raw_samples(url):
+                if decode_images:
+                    problems += _image_problems(sample, decoder)
+        except (WdsxError, OSError) as exn:
+            problems.append(str(exn))
+    return problems + _offsets_problems(url)
+
+
+def _image_problems(sample: dict[str, Any], decoder: ImageHandler) -> list[str]:
+    """The image fields of ``sample`` that do not decode."""
+    problems = []
+    for ext, data in sample.items():
+        if ext.rsplit(".", 1)[-1] in _IMAGES:
+            try:
+                decoder("." + ext, data)
+            except Exception as exn:
+                problems.append(f"sample {sample['__key__']!r} field {ext!r} does not decode: {exn}")
     return problems
+
+
+def _offsets_problems(url: str) -> list[str]:
+    """A problem when the shard's offset index (``<shard>.idx``), if it has one, does not match it.
+    A ``pipe:`` shard has no place beside it: ``pipe:CMD x.tar.idx`` is a command nobody wrote."""
+    if scheme_of(url) == "pipe":
+        return []
+    try:
+        written = load_index(url)
+        if written is None or np.array_equal(written.offsets, scan_index(url).offsets):
+            return []
+    except (WdsxError, OSError, ValueError) as exn:
+        return [f"offset index {index_url(url)}: {exn}"]
+    return [f"offset index {index_url(url)} does not match the shard (re-run `wdsx index`)"]
 
 
 def _checked(manifest_url: str | None, found: bool, images: bool) -> str:
     """What a run checked, against what, for its summary line."""
-    checks = ["every tar header and member read"]
+    checks = ["every tar header and member, JSONL line and .npy row read; offset indexes compared"]
     if found:
         checks.append(f"sample count, size and SHA-256 compared with the manifest {manifest_url}")
     elif manifest_url:

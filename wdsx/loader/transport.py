@@ -15,9 +15,11 @@ have no name, so nothing is left behind when a process dies.
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
 import weakref
+from collections.abc import Callable
 from multiprocessing.reduction import DupFd
 from typing import Any
 
@@ -35,19 +37,29 @@ class _Segment:
         self.fd = os.memfd_create("wdsx-batch", os.MFD_CLOEXEC)
         os.ftruncate(self.fd, HEADER + size)
         self.map = mmap.mmap(self.fd, HEADER + size)
+        start = ctypes.c_char.from_buffer(self.map)
+        self.address = ctypes.addressof(start)
+        """Where the segment is mapped in this process (to recognise arrays built in it)."""
+        del start
+        self.pinned = 0
+        """Arrays over this segment still alive in the worker (:mod:`wdsx.loader.arena`)."""
         weakref.finalize(self, _close, self.fd, self.map)
 
     @property
     def held(self) -> bool:
-        """Whether the main process still uses the batch last sent in this segment."""
-        return self.map[0] != 0
+        """Whether the main process still uses the batch last sent in this segment, or the
+        worker an array built in it."""
+        return self.map[0] != 0 or self.pinned > 0
 
     def fits(self, size: int) -> bool:
         return size <= self.size <= 2 * size
 
 
 def _close(fd: int, segment_map: mmap.mmap) -> None:
-    segment_map.close()
+    try:
+        segment_map.close()
+    except BufferError:  # an array over it is being freed right now; unmapped when it is gone
+        pass
     os.close(fd)
 
 
@@ -76,18 +88,25 @@ class SegmentPool:
         return chosen
 
 
-class SharedBatch:
-    """A batch whose tensors were copied into one segment. It pickles as the segment's file
-    descriptor plus the tensors' layout, and unpickles as the original structure of tensors."""
+Place = tuple[int, int, tuple[int, ...], Any, bytes | None]
+"""Where one tensor of a batch travels: (segment number, offset, shape, dtype, None), or
+(-1, 0, shape, dtype, its bytes) for a small tensor sent by value."""
 
-    def __init__(self, structure: Any, layout: list[tuple[int, tuple[int, ...], Any]], segment: _Segment):
+
+class SharedBatch:
+    """A batch whose tensors are in segments: copied into one, or built in one from the start
+    (:mod:`wdsx.loader.arena`). It pickles as the segments' file descriptors plus the tensors'
+    places, and unpickles as the original structure of tensors."""
+
+    def __init__(self, structure: Any, layout: list[Place], segments: list[_Segment]):
         self.structure = structure
         self.layout = layout
-        self.segment = segment
+        self.segments = segments
 
     def __reduce__(self) -> tuple:
-        total = HEADER + self.segment.size
-        return _receive, (self.structure, self.layout, DupFd(self.segment.fd), total)
+        descriptors = [DupFd(segment.fd) for segment in self.segments]
+        totals = [HEADER + segment.size for segment in self.segments]
+        return _receive, (self.structure, self.layout, descriptors, totals)
 
 
 class _Slot:
@@ -125,9 +144,15 @@ def _aligned(n: int) -> int:
     return -(-n // HEADER) * HEADER
 
 
-def pack(batch: Any, pool: SegmentPool) -> Any:
-    """The batch ready to send to the main process: its plain CPU tensors in one recycled
-    segment, or the batch unchanged when it holds too little to gain from that."""
+Claim = Callable[[Any], "tuple[_Segment, int] | None"]
+"""Finds the segment (and offset) a tensor was built in, if it was (an arena's ``claim``)."""
+
+
+def pack(batch: Any, pool: SegmentPool, claim: Claim | None = None) -> Any:
+    """The batch ready to send to the main process: tensors built in a segment (``claim``
+    finds them) travel in it as they are, the other plain CPU tensors are copied into one
+    recycled segment (or, when they are small and others travel in segments, sent by value),
+    and a batch that holds too little to gain goes unchanged."""
     import torch
 
     tensors: list = []
@@ -141,18 +166,45 @@ def pack(batch: Any, pool: SegmentPool) -> Any:
         return _Slot(len(tensors) - 1)
 
     structure = _rebuild(batch, take_tensor)
-    total = sum(_aligned(_nbytes(tensor)) for tensor in tensors)
-    if total < MIN_BYTES:
+    built = [None if claim is None else claim(tensor) for tensor in tensors]
+    loose = sum(_aligned(_nbytes(tensor)) for tensor, place in zip(tensors, built) if place is None)
+    if loose < MIN_BYTES and not any(built):
         return batch
-    segment = pool.take(total)
-    layout = []
+    segments: list[_Segment] = []
+    layout: list[Place] = []
+    copied = pool.take(loose) if loose >= MIN_BYTES else None
     offset = HEADER
-    for tensor in tensors:
-        target = torch.frombuffer(segment.map, dtype=tensor.dtype, count=tensor.numel(), offset=offset)
-        target.view(tensor.shape).copy_(tensor)
-        layout.append((offset, tuple(tensor.shape), tensor.dtype))
-        offset += _aligned(_nbytes(tensor))
-    return SharedBatch(structure, layout, segment)
+    for tensor, place in zip(tensors, built):
+        shape = tuple(tensor.shape)
+        if place is None and copied is None:
+            layout.append((-1, 0, shape, tensor.dtype, _tensor_bytes(tensor)))
+            continue
+        if place is None:
+            assert copied is not None
+            target = torch.frombuffer(copied.map, dtype=tensor.dtype, count=tensor.numel(), offset=offset)
+            target.view(tensor.shape).copy_(tensor)
+            place = (copied, offset)
+            offset += _aligned(_nbytes(tensor))
+        segment, at = place
+        if segment not in segments:
+            segments.append(segment)
+        layout.append((segments.index(segment), at, shape, tensor.dtype, None))
+    return SharedBatch(structure, layout, segments)
+
+
+def _tensor_bytes(tensor: Any) -> bytes:
+    """A small tensor's contents, to send by value."""
+    import torch
+
+    return tensor.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+def _from_bytes(data: bytes, shape: tuple[int, ...], dtype: Any) -> Any:
+    import torch
+
+    if not data:
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(bytearray(data), dtype=dtype).view(shape)
 
 
 class _Lease:
@@ -168,24 +220,33 @@ class _Lease:
             self.map[0] = 0
 
 
-def _receive(structure: Any, layout: list, dupfd: Any, total: int) -> Any:
-    """Unpickling a SharedBatch: map the segment and rebuild the batch over it."""
+def _receive(structure: Any, layout: list[Place], descriptors: list, totals: list[int]) -> Any:
+    """Unpickling a SharedBatch: map its segments and rebuild the batch over them."""
     import torch
 
-    fd = dupfd.detach()
-    try:
-        segment_map = mmap.mmap(fd, total)
-    finally:
-        os.close(fd)
-    lease = _Lease(segment_map, len(layout))
+    maps = []
+    for descriptor, total in zip(descriptors, totals):
+        fd = descriptor.detach()
+        try:
+            maps.append(mmap.mmap(fd, total))
+        finally:
+            os.close(fd)
+    leases = [_Lease(segment_map, 0) for segment_map in maps]
+    for number, *_ in layout:
+        if number >= 0:
+            leases[number].count += 1
     tensors = []
-    for offset, shape, dtype in layout:
+    for number, offset, shape, dtype, data in layout:
+        if number < 0:
+            assert data is not None
+            tensors.append(_from_bytes(data, shape, dtype))
+            continue
         count = 1
         for n in shape:
             count *= n
         # torch keeps this view until the tensor's storage is freed: its end is the release.
-        view = memoryview(segment_map)
-        weakref.finalize(view, lease.release_one)
+        view = memoryview(maps[number])
+        weakref.finalize(view, leases[number].release_one)
         tensors.append(torch.frombuffer(view, dtype=dtype, count=count, offset=offset).view(shape))
     return _rebuild(structure, lambda value: tensors[value.index] if isinstance(value, _Slot) else value)
 
@@ -194,8 +255,11 @@ class PackingCollate:
     """A DataLoader ``collate_fn`` that collates as given, then, inside a worker process,
     packs the batch for the trip to the main process."""
 
-    def __init__(self, collate: Any):
+    def __init__(self, collate: Any, memory: Callable[[], tuple[SegmentPool, Claim]] | None = None):
         self.collate = collate
+        self.memory = memory
+        """Gives the worker's segment pool and the claim of its arena (:mod:`wdsx.loader.arena`),
+        when batches may be built in shared memory; else the collate keeps a pool of its own."""
         self.pool: SegmentPool | None = None
 
     def __call__(self, batch: Any) -> Any:
@@ -206,6 +270,9 @@ class PackingCollate:
 
         if not AVAILABLE or get_worker_info() is None:
             return output
+        if self.memory is not None:
+            pool, claim = self.memory()
+            return pack(output, pool, claim)
         if self.pool is None:
             self.pool = SegmentPool()
         return pack(output, self.pool)

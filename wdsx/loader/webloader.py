@@ -24,7 +24,8 @@ from typing import Any
 
 from wdsx.core import topology as distributed
 from wdsx.core.errors import StateError
-from wdsx.loader import transport
+from wdsx.core.sampleseed import epoch_seed, stamp
+from wdsx.loader import arena, transport
 from wdsx.pipeline import redeal
 from wdsx.pipeline.datapipeline import DataPipeline, register_with_torch
 from wdsx.pipeline.mixing import Mix
@@ -234,7 +235,8 @@ class LoaderFactory:
         kwargs = dict(self.loader_kwargs)
         collate = kwargs.get("collate_fn") or (default_collate if self.auto_batched else default_convert)
         if self.reuse_shared_memory:
-            collate = transport.PackingCollate(collate)
+            collate = transport.PackingCollate(collate, arena.worker_memory)
+            kwargs["worker_init_fn"] = arena.InitWorker(kwargs.get("worker_init_fn"))
         if not plain:
             collate = _CollateWithState(collate, self.auto_batched)
         kwargs["collate_fn"] = collate
@@ -250,6 +252,9 @@ class LoaderSource(Stage):
 
     def __init__(self, factory: LoaderFactory):
         self.factory = factory
+        self.reread_seed: int | None = None
+        """The epoch seed the workers stamp on samples this epoch, for samples re-read into
+        main-process buffers; None when a worker's stream spans several epochs of the data."""
 
     def describe(self) -> str:
         return f"loader({self.factory.describe()})"
@@ -302,6 +307,10 @@ class LoaderSource(Stage):
         progress, restored = run.attach(index, LoaderProgress)
         if not restored:
             progress.reset(self.factory.slots, run.topology.rank, run.topology.world_size)
+        dataset = self.factory.dataset
+        if isinstance(dataset, DataPipeline):
+            one_epoch = dataset.nsamples <= 0 and dataset.repetitions == 1
+            self.reread_seed = epoch_seed(dataset.seed, run.epoch) if one_epoch else None
         return self._batches(run, progress)
 
     def _batches(self, run: Run, progress: LoaderProgress) -> Iterator:
@@ -330,7 +339,10 @@ class LoaderSource(Stage):
         stages = self.factory.dataset.pipeline
         index = source_index(stages)
         assert index is not None, "a resumable dataset has a sample source"
-        items = replay(stages[index].read_positions(positions), stages[index + 1 :])
+        samples = stages[index].read_positions(positions)
+        if stages[index].reads_shards:
+            stamp(samples, self.reread_seed)
+        items = replay(samples, stages[index + 1 :])
         return [self.factory.collate_one(item) for item in items]
 
 
@@ -492,9 +504,14 @@ def gather_loader_state(loader: WebLoader, group: Any = None) -> JsonDict:
     result from rank 0; when resuming, load it on every rank with ``loader.load_state_dict``:
     the same topology takes its own part, a different one is re-dealt.
     """
+    return gather_states(loader.state_dict(), group)
+
+
+def gather_states(state: JsonDict, group: Any = None) -> JsonDict:
+    """Every rank's ``state`` (a loader state each rank took at the same step) in one global
+    checkpoint, returned on every rank (a ``torch.distributed`` collective when initialised)."""
     import torch.distributed as dist
 
-    state = loader.state_dict()
     if not (dist.is_available() and dist.is_initialized()):
         return {"format": GLOBAL_FORMAT, "version": VERSION, "ranks": [state]}
     states: list[Any] = [None] * dist.get_world_size(group)

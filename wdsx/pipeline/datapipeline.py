@@ -9,7 +9,9 @@ uninterrupted run would have produced next.
 from __future__ import annotations
 
 import copy
+import itertools
 import logging
+import operator
 import sys
 import warnings
 from collections.abc import Generator, Iterator
@@ -20,6 +22,7 @@ from wdsx.core.env import seed_from_environment
 from wdsx.core.errors import NotResumableError, StateError
 from wdsx.pipeline.fluid import FluidInterface
 from wdsx.stages.base import Count, Run, Stage, as_stage, source_index, stage_keys
+from wdsx.stages.plan import execution_stages
 from wdsx.state.checkpoint import FORMAT as STATE_FORMAT
 from wdsx.state.checkpoint import VERSION, JsonDict, PipelineState, check_format, fingerprint_differences
 from wdsx.state.position import PositionTable
@@ -47,6 +50,14 @@ _registered: list[bool] = []
 
 
 _NOTHING = object()
+_FIRST = operator.itemgetter(0)
+
+
+def _count_value(counter: itertools.count) -> int:
+    """The number an ``itertools.count`` yields next, read without advancing it. Zipping a
+    stream with a counter counts its items without a Python-level step per item (the hot
+    path of raw iteration); the counter shows its value only in its repr, ``count(n)``."""
+    return int(repr(counter)[len("count(") : -1])
 
 
 class _Stream:
@@ -65,30 +76,34 @@ class _Stream:
         self.table = start.table() if start else PositionTable()
         # the with_epoch(n) this stream was made for: only such a stream continues across iter()
         self.limit = pipeline.nsamples
-        self.yielded = start.yielded if start else 0
+        # items yielded in the current epoch, counted at C speed (see _counted)
+        self.counter = itertools.count(start.yielded if start else 0)
         self.items = self._generate()
+
+    @property
+    def yielded(self) -> int:
+        """Items this stream has yielded in its current epoch."""
+        return _count_value(self.counter)
 
     def _generate(self) -> Generator[Any, None, None]:
         pipeline = self.pipeline
         restore = self.start
         while self.passes > 0:
             self.started = True
-            stages = pipeline.pipeline
+            stages = execution_stages(pipeline.pipeline)  # the same items, less work
             run = Run(stages, self.epoch, pipeline.seed, self.topology, restore, self.table)
             self.run = run
             pipeline._next_epoch = self.epoch + 1
             chain: Iterator = iter(())
             for index, stage in enumerate(stages):
                 chain = stage.apply(chain, run, index)
-            if not restore:
-                self.yielded = 0
+            base = self.yielded if restore else 0
+            self.counter = itertools.count(base)
             first = next(chain, _NOTHING)
             if first is not _NOTHING:
-                self.yielded += 1
+                self.counter = itertools.count(base + 1)
                 yield first
-                for item in chain:
-                    self.yielded += 1
-                    yield item
+                yield from map(_FIRST, zip(chain, self.counter))
             self.run = None
             self.epoch += 1
             self.passes -= 1

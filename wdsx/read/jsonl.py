@@ -30,7 +30,7 @@ from wdsx.core.errors import ShardError
 from wdsx.core.streams import Prefixed
 from wdsx.read.formats import StreamStopped, seekable, shard_stem, with_extra
 from wdsx.read.samples import POSITION, Cursor
-from wdsx.sources import Source, SourceOptions, open_source
+from wdsx.sources import Source, SourceOptions, open_source, scheme_of
 from wdsx.state.position import make_position
 
 if TYPE_CHECKING:
@@ -74,7 +74,11 @@ def decompressed(
 
 
 def open_lines(
-    url: str, offset: int, options: SourceOptions, sha256: str | None = None, prefetcher: Prefetcher | None = None
+    url: str,
+    offset: int,
+    options: SourceOptions,
+    sha256: str | None = None,
+    prefetcher: Prefetcher | None = None,
 ) -> tuple[Source, Callable[[int], bytes]]:
     """The shard opened so that the first line byte read is the one at ``offset``: a seek or
     a ranged request for plain shards, decompression from the start for compressed ones."""
@@ -123,6 +127,19 @@ def _bad_line(url: str, offset: int, index: int, line: bytes, ended: bool, exn: 
     return ShardError(url, offset, f"line {index + 1} {what}")
 
 
+def line_sample(url: str, stem: str, offset: int, index: int, line: bytes, ended: bool) -> dict[str, Any]:
+    """The sample of line ``index`` (from 0), which starts at byte ``offset`` (``ended``: a
+    newline ended it); a :class:`ShardError` naming the shard, line and offset when the line
+    is not valid JSON."""
+    try:
+        value = json.loads(line)
+    except ValueError as exn:
+        raise _bad_line(url, offset, index, line, ended, exn) from None
+    sample = {"__key__": f"{stem}/{index}", "__url__": url, "json": value}
+    sample[POSITION] = make_position(url, offset, index)
+    return sample
+
+
 def read_piece(
     url: str,
     cursor: Cursor,
@@ -145,7 +162,7 @@ def read_piece(
     try:
         if settings.add_local_path and source.local_path is not None:
             extra = {**(extra or {}), "__local_path__": source.local_path}
-        stem, handler, loads = shard_stem(url), settings.handler, json.loads
+        stem, handler = shard_stem(url), settings.handler
         index = cursor.ordinal
         if stop is not None and index >= stop:
             cursor.done = True
@@ -156,14 +173,11 @@ def read_piece(
             cursor.done = last
             if index >= first:
                 try:
-                    value = loads(line)
-                except ValueError as exn:
-                    error = _bad_line(url, offset, index, line, ended, exn)
+                    sample = line_sample(url, stem, offset, index, line, ended)
+                except ShardError as error:
                     if not handler(error):
                         raise StreamStopped from error
                 else:
-                    sample = {"__key__": f"{stem}/{index}", "__url__": url, "json": value}
-                    sample[POSITION] = make_position(url, offset, index)
                     yield with_extra(sample, extra)
             if last:
                 return
@@ -213,20 +227,23 @@ def count_lines(url: str, read: Callable[[int], bytes]) -> int:
 
 
 def locate(url: str, index: int, options: SourceOptions) -> int | None:
-    """Byte offset of line ``index`` of a local plain shard, by counting newlines; None when
-    the shard is remote or compressed (the caller reads from the start instead)."""
+    """Byte offset of line ``index`` of a local plain shard (its end for one past the last
+    line), by counting newlines; None when the shard is remote or compressed (the caller then
+    reads from the start instead)."""
     if index == 0:
         return 0
-    if not seekable(url):
+    if not seekable(url) or scheme_of(url) != "file":
         return None
     with open_source(url, 0, options) as source:
-        if source.local_path is None:
-            return None
         seen = size = 0
+        last = b"\n"
         while data := source.read(SCAN_CHUNK):
             newlines = _newlines(data)
             if seen + len(newlines) >= index:
                 return size + int(newlines[index - seen - 1]) + 1
             seen += len(newlines)
             size += len(data)
+            last = data[-1:]
+    if index == seen + (last != b"\n"):  # just past a last line without a newline
+        return size
     raise ShardError(url, None, f"shard has fewer than {index + 1} lines")

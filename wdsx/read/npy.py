@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from wdsx.core import rng
+from wdsx.core import allocate, rng
 from wdsx.core.errors import ShardError
 from wdsx.read.formats import format_of, shard_stem, with_extra
-from wdsx.read.rows import RowKeys, RowPositions
+from wdsx.read.rows import RowKeys, RowPositions, join_columns
 from wdsx.read.samples import POSITION, Cursor
 from wdsx.read.tar import read_exact
-from wdsx.sources import Source, SourceOptions, open_source
+from wdsx.sources import LocalSource, Source, SourceOptions, local_path, open_source, rewrite_url
 from wdsx.state.position import Position, make_position
 
 if TYPE_CHECKING:
@@ -53,14 +53,17 @@ class NpyHeader:
 
     @property
     def rows(self) -> int:
+        """How many rows (samples) the array has."""
         return self.shape[0]
 
     @property
     def row_bytes(self) -> int:
+        """The size of one row's data."""
         return self.dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
 
     @property
     def data_bytes(self) -> int:
+        """The size of all the rows' data, after the header."""
         return self.rows * self.row_bytes
 
 
@@ -81,7 +84,9 @@ def parse_header(url: str, read: Callable[[int], bytes]) -> NpyHeader:
     stream = io.BytesIO(head + text)
     try:
         version = np.lib.format.read_magic(stream)
-        reader = np.lib.format.read_array_header_1_0 if version[0] == 1 else np.lib.format.read_array_header_2_0
+        reader = (
+            np.lib.format.read_array_header_1_0 if version[0] == 1 else np.lib.format.read_array_header_2_0
+        )
         shape, fortran, dtype = reader(stream)
     except ValueError as exn:
         raise ShardError(url, 0, f"not a readable .npy header: {exn}") from exn
@@ -116,8 +121,8 @@ def count_rows(url: str, read: Callable[[int], bytes]) -> int:
 
 
 class Rows:
-    """The rows of one shard: a memory map of a local file, or the data of a remote one read
-    whole into memory."""
+    """The rows of one shard: a memory map of a local file, or the data of any other (remote,
+    or a cache entry that may still be downloading) read whole into memory."""
 
     def __init__(self, url: str, header: NpyHeader, array: np.ndarray, local_path: str | None):
         self.url = url
@@ -129,35 +134,50 @@ class Rows:
     def open(
         cls, url: str, options: SourceOptions, sha256: str | None = None, prefetcher: Prefetcher | None = None
     ) -> Rows:
-        source = prefetcher.open(url, 0, sha256) if prefetcher is not None else open_source(url, 0, options, sha256=sha256)
+        source = (
+            prefetcher.open(url, 0, sha256)
+            if prefetcher is not None
+            else open_source(url, 0, options, sha256=sha256)
+        )
         with source:
             header = parse_header(url, source.read)
-            if source.local_path is not None:
+            if isinstance(source, LocalSource) and source.local_path is not None:
                 return cls(url, header, _mapped(url, source.local_path, header), source.local_path)
-            log.info("%s is remote: reading its %d bytes of rows into memory", url, header.data_bytes)
+            log.info(
+                "%s is not a local file: reading its %d bytes of rows into memory", url, header.data_bytes
+            )
             data = _read_data(url, source, header)
-        return cls(url, header, np.frombuffer(data, header.dtype).reshape(header.shape), None)
+        array = np.frombuffer(data, header.dtype).reshape(header.shape)
+        return cls(url, header, array, source.local_path)
 
     @property
     def count(self) -> int:
+        """How many rows the shard has."""
         return self.header.rows
 
     def row(self, index: int) -> np.ndarray:
         """Row ``index`` as an array of its own (not a view that keeps the shard mapped)."""
+        if not 0 <= index < len(self.array):
+            raise IndexError(f"{self.url} has {len(self.array)} rows, not {index + 1}")
         return np.array(self.array[index])
 
     def gather(self, rows: np.ndarray) -> np.ndarray:
-        """The rows at ``rows``, stacked into one new array."""
-        return np.asarray(self.array.take(rows, axis=0))
+        """The rows at ``rows``, stacked into one new batch array (in a WebLoader worker, in
+        the shared memory the batch travels in: :mod:`wdsx.core.allocate`)."""
+        out = allocate.empty((len(rows), *self.array.shape[1:]), self.array.dtype)
+        # rows are in range by construction; numpy buffers ``out`` in its default "raise" mode
+        return self.array.take(rows, axis=0, out=out, mode="clip")
 
 
 def _mapped(url: str, path: str, header: NpyHeader) -> np.ndarray:
     if header.data_bytes == 0:
         return np.empty(header.shape, header.dtype)
-    try:
-        return np.memmap(path, header.dtype, "r", header.data_offset, header.shape)
+    try:  # a plain view of the map: indexing a np.memmap costs several times more
+        return np.memmap(path, header.dtype, "r", header.data_offset, header.shape).view(np.ndarray)
     except ValueError as exn:  # the file is shorter than the header says
-        raise ShardError(url, header.data_offset, f"the shard is shorter than its header says ({exn})") from exn
+        raise ShardError(
+            url, header.data_offset, f"the shard is shorter than its header says ({exn})"
+        ) from exn
 
 
 def _read_data(url: str, source: Source, header: NpyHeader) -> bytearray:
@@ -198,13 +218,27 @@ def draws(seed: int, n: int) -> np.ndarray:
         return x ^ (x >> np.uint64(31))
 
 
+def epoch_row_seed(seed: int, epoch: int) -> int:
+    """The seed of an epoch's row orders (:func:`row_order`) for a pipeline seeded ``seed``."""
+    return rng.derive_seed("rows", seed, epoch)
+
+
 def row_order(rows: int, url: str, seed: int | None) -> np.ndarray | None:
     """The order in which a shard's rows are read: None for the file's order, else a random
     permutation that is a pure function of ``seed`` (the epoch's) and the shard's URL: rows
-    sorted by one 64-bit random draw each, independent of the numpy version."""
+    sorted by one 64-bit random draw each. The draws of one seed are all distinct (SplitMix64
+    is a bijection of its distinct inputs), so the order does not depend on the sort's
+    algorithm or numpy's version."""
     if seed is None:
         return None
-    return np.argsort(draws(rng.derive_seed("rows", seed, url), rows), kind="stable")
+    return np.argsort(draws(rng.derive_seed("rows", seed, url), rows))
+
+
+def row_sample(url: str, stem: str, row: int, ordinal: int, data: np.ndarray) -> dict[str, Any]:
+    """The sample of ``row``, read as the ``ordinal``-th of its shard."""
+    sample = {"__key__": f"{stem}/{row}", "__url__": url, "npy": data}
+    sample[POSITION] = make_position(url, row, ordinal)
+    return sample
 
 
 def _column(value: Any, size: int) -> Any:
@@ -231,8 +265,8 @@ class RowPiece:
         self.end = rows.count if stop is None else min(stop, rows.count)
         self.extra = extra
         self.stem = shard_stem(rows.url)
-        self.single = 0
-        """Samples yielded one by one since the last batch."""
+        self.joins = True
+        """Whether batches may still start with samples held before them (see :meth:`take`)."""
         self._advance(cursor.ordinal)
 
     def _row(self, ordinal: int) -> int:
@@ -252,30 +286,41 @@ class RowPiece:
         if ordinal >= self.end:
             self.cursor.done = True
             raise StopIteration
-        row, url = self._row(ordinal), self.rows.url
-        sample = {"__key__": f"{self.stem}/{row}", "__url__": url, "npy": self.rows.row(row)}
-        sample[POSITION] = make_position(url, row, ordinal)
+        row = self._row(ordinal)
+        sample = row_sample(self.rows.url, self.stem, row, ordinal, self.rows.row(row))
         self._advance(ordinal + 1)
-        self.single += 1
         return with_extra(sample, self.extra)
 
-    def take(self, size: int, back: int) -> tuple[dict[str, Any], RowPositions] | None:
-        first = self.cursor.ordinal - back
-        if back > self.single or first + size > self.end:
+    def left(self) -> int:
+        """How many samples the piece has left (see :class:`~wdsx.read.rows.RowSource`)."""
+        return self.end - self.cursor.ordinal
+
+    def take(
+        self, size: int, head: dict[str, Any] | None = None, stamps: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], Sequence[Position]] | None:
+        if size > self.left() or (head is not None and not self.joins):
             return None
-        if self.order is None:
-            rows = np.arange(first, first + size)
-            data = np.array(self.rows.array[first : first + size])
-        else:
-            rows = self.order[first : first + size]
-            data = self.rows.gather(rows)
+        first = self.cursor.ordinal
+        rows = np.arange(first, first + size) if self.order is None else self.order[first : first + size]
+        data = self.rows.gather(rows)
         url, extra = self.rows.url, self.extra or {}
         positions = RowPositions(url, rows, first, bool(extra.get("__pad__")))
-        batch = {"__key__": RowKeys(self.stem, rows), "__url__": [url] * size, "npy": data, POSITION: positions}
-        batch.update((name, _column(value, size)) for name, value in extra.items())
+        batch = {
+            "__key__": RowKeys(self.stem, rows),
+            "__url__": [url] * size,
+            "npy": data,
+            POSITION: positions,
+        }
+        batch.update((name, _column(value, size)) for name, value in (extra | (stamps or {})).items())
+        if head is None:
+            self._advance(first + size)
+            return batch, positions
+        joined = join_columns(head, batch)
+        if joined is None:
+            self.joins = False
+            return None
         self._advance(first + size)
-        self.single = 0
-        return batch, positions
+        return joined, joined[POSITION]
 
     def close(self) -> None:
         """Nothing to release: the rows are a memory map or bytes in memory."""
@@ -297,31 +342,50 @@ def read_piece(
     rows = Rows.open(url, settings.options, settings.expected_hash(url), prefetcher)
     if count is not None and rows.count < count:
         raise ShardError(
-            url, 0, f"the shard has {rows.count} rows, but its sample count (from its manifest or counts=) is {count}"
+            url,
+            0,
+            f"the shard has {rows.count} rows, but its sample count (from its manifest or counts=) "
+            f"is {count}",
         )
     if settings.add_local_path and rows.local_path is not None:
         extra = {**(extra or {}), "__local_path__": rows.local_path}
     return RowPiece(rows, row_order(rows.count, url, row_seed), cursor, stop, extra)
 
 
-def read_positions(positions: Sequence[Position], settings: ReadSettings) -> list[dict[str, Any]]:
-    """The samples at ``positions`` (row indices), each shard opened once."""
-    opened: dict[str, Rows] = {}
-    samples = []
-    for position in positions:
-        url, row = position.url, position.offset
-        rows = opened.get(url)
-        if rows is None:
-            rows = opened[url] = Rows.open(url, settings.options, settings.expected_hash(url))
-        if not 0 <= row < rows.count:
-            raise ShardError(url, row, f"no row {row} in a shard of {rows.count} rows (restoring a buffer)")
-        sample = {"__key__": f"{shard_stem(url)}/{row}", "__url__": url, "npy": rows.row(row)}
-        sample[POSITION] = Position(url, row, position.ordinal)
-        extra: dict[str, Any] = {}
-        if settings.add_local_path and rows.local_path is not None:
-            extra["__local_path__"] = rows.local_path
-        if position.pad:
-            extra["__pad__"] = True
-        samples.append(with_extra(sample, extra))
-    return samples
+def _row_source(
+    url: str, wanted: int, settings: ReadSettings
+) -> tuple[Callable[[int], np.ndarray], str | None]:
+    """How to read rows of the shard at ``url`` when ``wanted`` of them are needed, and its
+    local path: from a memory map (local), from the shard read whole (remote, many rows), or
+    one ranged request per row (remote, a few rows of a big shard)."""
+    local = local_path(rewrite_url(url))
+    if local is None:
+        header = read_header(url, settings.options)
+        if wanted * header.row_bytes * 8 <= header.data_bytes:
+            return lambda row: read_row(url, header, row, settings.options), None
+    rows = Rows.open(url, settings.options, settings.expected_hash(url))
+    return rows.row, rows.local_path
 
+
+def read_positions(positions: Sequence[Position], settings: ReadSettings) -> list[dict[str, Any]]:
+    """The samples at ``positions`` (row indices); each shard is opened once."""
+    by_url: dict[str, list[int]] = {}
+    for index, position in enumerate(positions):
+        by_url.setdefault(position.url, []).append(index)
+    samples: list[dict[str, Any]] = [{} for _ in positions]
+    for url, indices in by_url.items():
+        read, path = _row_source(url, len(indices), settings)
+        stem = shard_stem(url)
+        for index in indices:
+            position = positions[index]
+            try:
+                data = read(position.offset)
+            except IndexError as exn:
+                raise ShardError(url, position.offset, f"no such row (restoring a buffer): {exn}") from None
+            extra: dict[str, Any] = {}
+            if settings.add_local_path and path is not None:
+                extra["__local_path__"] = path
+            if position.pad:
+                extra["__pad__"] = True
+            samples[index] = with_extra(row_sample(url, stem, position.offset, position.ordinal, data), extra)
+    return samples

@@ -18,6 +18,7 @@ from typing import Any, Protocol, TypeVar, overload, runtime_checkable
 
 import numpy as np
 
+from wdsx.core import allocate
 from wdsx.state.position import Position
 
 T = TypeVar("T")
@@ -90,13 +91,44 @@ class RowPositions(RowColumn[Position]):
         return Position(self.url, int(self.rows[index]), self.first + index, self.pad)
 
 
+def join_columns(head: dict[str, Any], block: dict[str, Any]) -> dict[str, Any] | None:
+    """One batch of the samples of collated batch ``head`` followed by those of ``block``
+    (columns joined: arrays concatenated, other columns as lists); None when their fields, or
+    their arrays' dtypes or row shapes, differ (collating them together would fail or convert)."""
+    if list(head) != list(block):
+        return None
+    joined: dict[str, Any] = {}
+    for field, first in head.items():
+        second = block[field]
+        if isinstance(first, np.ndarray) and isinstance(second, np.ndarray):
+            if first.dtype != second.dtype or first.shape[1:] != second.shape[1:]:
+                return None
+            out = allocate.empty((len(first) + len(second), *first.shape[1:]), first.dtype)
+            joined[field] = np.concatenate([first, second], out=out)
+        elif isinstance(first, list) and isinstance(second, (list, RowColumn)):
+            joined[field] = first + list(second)
+        else:
+            return None
+    return joined
+
+
 @runtime_checkable
 class RowSource(Protocol):
     """A piece of a shard being read that can also hand out whole batches of its samples."""
 
-    def take(self, size: int, back: int) -> tuple[dict[str, Any], RowPositions] | None:
-        """A batch of ``size`` samples, collated as ``default_collation_fn`` would: the last
-        ``back`` samples this piece yielded one by one, then the next ``size - back``; None
-        when the piece cannot (fewer samples left, or fewer than ``back`` yielded since the
-        last batch). The piece's cursor moves past the batch."""
+    joins: bool
+    """Whether a batch may still start with samples held before it (False once one did not)."""
+
+    def left(self) -> int:
+        """How many samples the piece has left."""
+        ...
+
+    def take(
+        self, size: int, head: dict[str, Any] | None = None, stamps: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], Sequence[Position]] | None:
+        """The next ``size`` samples as one batch, collated as ``default_collation_fn`` would,
+        with their positions, and the piece's cursor moved past them. ``stamps`` are fields
+        the reading stage gives every sample (one value each). With ``head`` (a collated batch
+        of samples held before these), the batch is ``head`` followed by them. None, and the
+        cursor left alone, when the piece has fewer samples left or ``head`` does not join."""
         ...

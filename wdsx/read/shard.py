@@ -17,12 +17,13 @@ from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
-from wdsx.core.compression import DecompressionError, named_compressed, uncompressed
+from wdsx.core.compression import Decompressed, DecompressionError, named_compressed, uncompressed
 from wdsx.core.errors import Handler, ShardError, reraise_exception
 from wdsx.core.streams import Prefixed
 from wdsx.read import formats, jsonl, npy
 from wdsx.read.samples import POSITION, Cursor, group_members, sample_starts
-from wdsx.read.tar import BLOCK, Member, iter_members, looks_like_header, read_exact, scan_headers
+from wdsx.read.tar import Member, iter_members, read_exact, scan_headers
+from wdsx.read.tarheader import BLOCK, looks_like_header
 from wdsx.sources import LocalSource, Source, SourceOptions, open_source, scheme_of
 from wdsx.sources.prefetch import Prefetcher
 from wdsx.state.position import Position
@@ -91,6 +92,7 @@ class _TarStream:
         self.local_path = self.source.local_path
         self.available: int | None = None
         """Bytes of the tar stream from ``offset`` to its end, when known (local plain files)."""
+        self.decompressed: Decompressed | None = None
         if opened_at:
             head = read_exact(self.source.read, BLOCK)
             if looks_like_header(head):
@@ -102,6 +104,7 @@ class _TarStream:
             self.source = open_source(url, 0, settings.options, sha256=settings.expected_hash(url))
         stream, compressed = uncompressed(self.source.read, self.source.readinto)
         self.read, self.readinto = stream.read, stream.readinto
+        self.decompressed = stream if compressed else None
         if offset and not compressed:
             raise ShardError(url, offset, "no tar header at the resume offset (was the shard rewritten?)")
         if not compressed:
@@ -185,7 +188,7 @@ def _read_tar(
         ended: list[int] = []
         failure: list[Exception] | None = None if settings.handler is reraise_exception else []
         samples = group_members(
-            _watched(parsed, ended, failure),
+            _watched(parsed, ended, failure, stream.decompressed),
             url,
             cursor,
             stop=stop,
@@ -216,7 +219,10 @@ def _read_tar(
 
 
 def _watched(
-    members: Generator[Member, None, int], ended: list[int], failure: list[Exception] | None
+    members: Generator[Member, None, int],
+    ended: list[int],
+    failure: list[Exception] | None,
+    compressed: Decompressed | None,
 ) -> Iterator[Member]:
     """Pass members through and note where the archive ended. With ``failure`` (a continuing
     handler), a read error ends the members and is kept there, so that the sample being
@@ -224,9 +230,26 @@ def _watched(
     try:
         ended.append((yield from members))
     except Exception as exn:
-        if failure is None:
+        error = _in_compressed(exn, compressed)
+        if failure is not None:
+            failure.append(error)
+        elif error is exn:
             raise
-        failure.append(exn)
+        else:
+            raise error from exn
+
+
+def _in_compressed(error: Exception, compressed: Decompressed | None) -> Exception:
+    """A tar error found inside a compressed stream (damage that decompressed into garbage),
+    also saying how far into the compressed bytes the reader was."""
+    if compressed is None or not isinstance(error, ShardError) or error.reason is None:
+        return error
+    if "compressed byte offset" in error.reason:
+        return error
+    where = (
+        f"{error.reason} (in {compressed.kind} data read up to compressed byte offset {compressed.position})"
+    )
+    return ShardError(error.url or "", error.offset, where, error.member)
 
 
 def _locate(url: str, ordinal: int, settings: ReadSettings) -> int | None:
@@ -254,12 +277,12 @@ def read_positions(positions: Sequence[Position], settings: ReadSettings) -> lis
     """Read the samples at ``positions``, in that order (padding positions give samples
     marked ``__pad__``): rows of ``.npy`` shards directly, samples of other shards in passes
     over them (:func:`_read_in_passes`)."""
-    groups: dict[bool, list[int]] = {}
+    groups: dict[Callable, list[int]] = {}
     for index, position in enumerate(positions):
-        groups.setdefault(formats.format_of(position.url) == "npy", []).append(index)
+        read = npy.read_positions if formats.format_of(position.url) == "npy" else _read_in_passes
+        groups.setdefault(read, []).append(index)
     samples: list[Any] = [None] * len(positions)
-    for rows, indices in groups.items():
-        read = npy.read_positions if rows else _read_in_passes
+    for read, indices in groups.items():
         for index, sample in zip(indices, read([positions[i] for i in indices], settings)):
             samples[index] = sample
     return samples

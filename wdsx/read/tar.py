@@ -33,137 +33,31 @@ from wdsx.core.compression import DecompressionError
 from wdsx.core.env import max_member_bytes
 from wdsx.core.errors import ShardError
 from wdsx.core.streams import read_into
+from wdsx.read.tarheader import (
+    ADLER_MOD,
+    BLOCK,
+    EXTENDED,
+    EXTENDED_LIMIT,
+    GNU_LONGNAME,
+    GNU_SPARSE,
+    GNU_TYPES,
+    NO_DATA,
+    PAX_GLOBAL,
+    PAX_LOCAL,
+    REGULAR,
+    checksum_ok,
+    joined,
+    long_name,
+    number,
+    pax_records,
+    text,
+)
 
-BLOCK = 512
 CHUNK = 1 << 20
 SCAN_CHUNK = 4 * BLOCK
 """Buffer of a header scan that can seek: payloads that do not fit are seeked over."""
-EXTENDED_LIMIT = 1 << 24
-"""The most bytes a pax or GNU long-name header's data may hold (16 MiB)."""
-_ZERO_BLOCK = bytes(BLOCK)
-_REGULAR = frozenset((0x30, 0x00, 0x37))  # '0', NUL, '7' (contiguous file)
-_NO_DATA = frozenset(b"123456")
-"""Links, devices, directories and fifos: no data blocks follow them, whatever their size
-field says (POSIX, and ``tarfile``)."""
-_PAX_LOCAL = frozenset((0x78, 0x58))  # 'x', and Solaris' 'X'
-_PAX_GLOBAL = 0x67  # 'g'
-_GNU_LONGNAME = 0x4C  # 'L'
-_GNU_LONGLINK = 0x4B  # 'K'
-_GNU_SPARSE = 0x53  # 'S'
-_GNU_TYPES = frozenset((_GNU_LONGNAME, _GNU_LONGLINK, _GNU_SPARSE))
-_EXTENDED = frozenset((*_PAX_LOCAL, _PAX_GLOBAL, _GNU_LONGNAME, _GNU_LONGLINK))
-_GLOBAL_REFUSED = ("path", "size", "GNU.sparse.")
-"""Global pax records that would change every later member's name or size: refused rather
-than half-understood."""
-_ADLER_MOD = 65521
 
 Member = tuple[str, int, bytes]
-
-
-def _text(raw: bytes) -> str:
-    end = raw.find(0)
-    if end >= 0:
-        raw = raw[:end]
-    return raw.decode("utf-8", "surrogateescape")
-
-
-def _number(field: bytes) -> int:
-    """Decode a numeric header field: octal text, or GNU base-256 for large values."""
-    if field and field[0] in (0x80, 0xFF):
-        value = int.from_bytes(field[1:], "big")
-        if field[0] == 0xFF:
-            value -= 256 ** (len(field) - 1)
-        return value
-    end = field.find(0)
-    if end >= 0:
-        field = field[:end]
-    field = field.strip()
-    return int(field, 8) if field else 0
-
-
-def _checksum_ok(header: bytes, stored: int) -> bool:
-    """Exact tar checksum test: the unsigned byte sum with the checksum field read as spaces.
-
-    ``adler32``'s low half is ``1 + sum(bytes) mod 65521``; the true sum of 512 bytes is below
-    2 * 65521, so it is one of two candidates.
-    """
-    field_sum = sum(header[148:156])
-    claimed = stored + field_sum - 256
-    low = (zlib.adler32(header) & 0xFFFF) - 1
-    if claimed == low or claimed == low + _ADLER_MOD:
-        return True
-    signed = sum(b - 256 if b > 127 else b for b in header[:148] + b"        " + header[156:])
-    return stored == signed
-
-
-def looks_like_header(block: bytes) -> bool:
-    """Whether ``block`` is a tar header with a valid checksum, or the end-of-archive block."""
-    if len(block) != BLOCK:
-        return False
-    if block == _ZERO_BLOCK:
-        return True
-    try:
-        return _checksum_ok(block, _number(block[148:156]))
-    except ValueError:
-        return False
-
-
-def _parse_pax(data: bytes, url: str, offset: int) -> dict[str, str]:
-    """Parse pax extended-header records, ``"<len> <key>=<value>\\n"``, strictly: every record
-    well framed, nothing but NUL padding after the last."""
-    records: dict[str, str] = {}
-    pos = 0
-    while pos < len(data) and data[pos] != 0:
-        space = data.find(b" ", pos, pos + 21)
-        digits = data[pos:space] if space > pos else b""
-        if not digits.isdigit():
-            raise ShardError(url, offset, "malformed pax header (a record without a length)")
-        length = int(digits)
-        end = pos + length
-        if length < 5 or end > len(data) or data[end - 1] != 0x0A:
-            raise ShardError(url, offset, "malformed pax header (a record's length does not frame it)")
-        key, sep, value = data[space + 1 : end - 1].partition(b"=")
-        if not sep or not key:
-            raise ShardError(url, offset, "malformed pax header (a record without 'key=')")
-        records[key.decode("utf-8", "surrogateescape")] = value.decode("utf-8", "surrogateescape")
-        pos = end
-    if data[pos:].strip(b"\0"):
-        raise ShardError(url, offset, "malformed pax header (data after its last record)")
-    return records
-
-
-def _pax_records(data: bytes, url: str, offset: int, kind: int) -> dict[str, str]:
-    """The records of a local or global pax header that decide members' names and sizes."""
-    records = _parse_pax(data, url, offset)
-    for key in records:
-        if key.startswith("GNU.sparse."):
-            raise ShardError(url, offset, "GNU sparse members are not supported")
-        if kind == _PAX_GLOBAL and key.startswith(_GLOBAL_REFUSED):
-            raise ShardError(url, offset, f"global pax header sets {key!r} for every member (not supported)")
-    if "path" in records:
-        records["path"] = records["path"].rstrip("/")
-    if "size" in records:
-        records["size"] = str(_pax_size(records["size"], url, offset))
-    return records
-
-
-def _pax_size(text: str, url: str, offset: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise ShardError(url, offset, f"invalid pax size {text[:40]!r}") from None
-    if value < 0:
-        raise ShardError(url, offset, f"negative pax size {text[:40]!r}")
-    return value
-
-
-def _long_name(data: bytes, url: str, offset: int) -> str:
-    """A GNU long name: its text up to the NUL that ends it (GNU tar counts the NUL in the
-    size; one missing means the size field is wrong)."""
-    end = data.find(0)
-    if end < 0:
-        raise ShardError(url, offset, "GNU long name without its terminating NUL")
-    return data[:end].decode("utf-8", "surrogateescape")
 
 
 class Readable(Protocol):
@@ -262,17 +156,11 @@ _unpack_header = struct.Struct("100s24x12s12x8sB188xB").unpack_from
 """(name, size, checksum, type flag, first byte of the ustar prefix) of a header in a buffer."""
 
 
-def _joined(prefix: str, name_field: bytes) -> str:
-    """A member's path from its ustar prefix and name field."""
-    name = _text(name_field)
-    return f"{prefix}/{name}" if prefix else name
-
-
 def _shown(pending: dict[str, str] | None, name_field: bytes, prefix: str) -> str | None:
     """The name of the member being read, for an error message."""
     if pending is not None and "path" in pending:
         return pending["path"]
-    return _joined(prefix, name_field) or None
+    return joined(prefix, name_field) or None
 
 
 def _bad_header(url: str, offset: int, start: int, reason: str, header: bytes) -> ShardError:
@@ -280,8 +168,8 @@ def _bad_header(url: str, offset: int, start: int, reason: str, header: bytes) -
     most likely not a tar archive at all, and its "name" would be noise."""
     if offset == 0 and start == 0:
         return ShardError(url, 0, f"not a tar archive ({reason})")
-    prefix = _text(header[345:500]) if header[156] not in _GNU_TYPES else ""
-    return ShardError(url, offset, reason, _joined(prefix, header[:100]) or None)
+    prefix = text(header[345:500]) if header[156] not in GNU_TYPES else ""
+    return ShardError(url, offset, reason, joined(prefix, header[:100]) or None)
 
 
 def _walk(
@@ -322,7 +210,7 @@ def _walk(
                             url,
                             offset,
                             "truncated shard: it ends inside a member's padding",
-                            _joined(prefix, name_field),
+                            joined(prefix, name_field),
                         )
                     base, filled = base + pos, 0
                 else:
@@ -346,30 +234,30 @@ def _walk(
                 return offset
             name_field, size_field, sum_field, kind, prefixed = _unpack_header(buf, pos)
             try:
-                stored = int(sum_field[:6], 8) if sum_field[6] in (0, 32) else _number(sum_field)
-                size = int(size_field[:11], 8) if size_field[11] in (0, 32) else _number(size_field)
+                stored = int(sum_field[:6], 8) if sum_field[6] in (0, 32) else number(sum_field)
+                size = int(size_field[:11], 8) if size_field[11] in (0, 32) else number(size_field)
             except ValueError:
                 header = bytes(view[pos:end])
                 try:
-                    stored, size = _number(sum_field), _number(size_field)
+                    stored, size = number(sum_field), number(size_field)
                 except ValueError:
                     raise _bad_header(
                         url, offset, start, "invalid tar header (not a number)", header
                     ) from None
             claimed = stored + sum(sum_field) - 256
-            if claimed != low - 1 and claimed != low - 1 + _ADLER_MOD:
+            if claimed != low - 1 and claimed != low - 1 + ADLER_MOD:
                 header = bytes(view[pos:end])
-                if not _checksum_ok(header, stored):
+                if not checksum_ok(header, stored):
                     raise _bad_header(url, offset, start, "invalid tar header (bad checksum)", header)
-            prefix = _text(bytes(view[pos + 345 : pos + 500])) if prefixed else ""
+            prefix = text(bytes(view[pos + 345 : pos + 500])) if prefixed else ""
             if size < 0:
                 raise ShardError(
                     url, offset, f"negative member size {size}", _shown(pending, name_field, prefix)
                 )
-            directory = kind == 0 and _text(name_field).endswith("/")  # an old-style directory entry
-            if kind in _EXTENDED:
+            directory = kind == 0 and text(name_field).endswith("/")  # an old-style directory entry
+            if kind in EXTENDED:
                 bound = min(limit, EXTENDED_LIMIT)
-            elif kind in _NO_DATA or directory:
+            elif kind in NO_DATA or directory:
                 size, bound = 0, limit  # no data follows, whatever the size field says
             else:
                 if pending is not None and "size" in pending:
@@ -390,7 +278,7 @@ def _walk(
                     f"{stream_end - offset - BLOCK} bytes left in the shard",
                     _shown(pending, name_field, prefix),
                 )
-            wanted = kind in _EXTENDED or (keep and kind in _REGULAR)
+            wanted = kind in EXTENDED or (keep and kind in REGULAR)
             data_end = end + size
             padded_end = end + ((size + BLOCK - 1) & ~(BLOCK - 1))
             data = b""
@@ -444,10 +332,10 @@ def _walk(
                         _shown(pending, name_field, prefix),
                     )
                 base, pos, filled = base + padded_end, 0, 0
-            if kind in _REGULAR and not directory:
+            if kind in REGULAR and not directory:
                 if pending is not None and "path" in pending:
                     name = pending["path"]
-                else:  # _joined(prefix, name_field), inlined: this runs once per member
+                else:  # joined(prefix, name_field), inlined: this runs once per member
                     stop = name_field.find(0)
                     name = name_field[: stop if stop >= 0 else 100].decode("utf-8", "surrogateescape")
                     if prefix:
@@ -455,18 +343,18 @@ def _walk(
                 at = offset if entry is None else entry
                 pending = entry = None
                 yield name, at, data if keep else size
-            elif kind in _PAX_LOCAL or kind == _GNU_LONGNAME:
-                if kind == _GNU_LONGNAME:
-                    records = {"path": _long_name(data, url, offset)}
+            elif kind in PAX_LOCAL or kind == GNU_LONGNAME:
+                if kind == GNU_LONGNAME:
+                    records = {"path": long_name(data, url, offset)}
                 else:
-                    records = _pax_records(data, url, offset, kind)
+                    records = pax_records(data, url, offset, kind)
                 pending = records if pending is None else {**records, **pending}
                 entry = offset if entry is None else entry
-            elif kind in _EXTENDED:  # a global pax header or a long link name: checked, then unused
-                if kind == _PAX_GLOBAL:
-                    _pax_records(data, url, offset, kind)
+            elif kind in EXTENDED:  # a global pax header or a long link name: checked, then unused
+                if kind == PAX_GLOBAL:
+                    pax_records(data, url, offset, kind)
                 entry = offset if entry is None else entry
-            elif kind == _GNU_SPARSE:
+            elif kind == GNU_SPARSE:
                 raise ShardError(
                     url, offset, "GNU sparse members are not supported", _shown(pending, name_field, prefix)
                 )

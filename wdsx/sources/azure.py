@@ -144,6 +144,8 @@ def azure_errors(url: str, doing: str) -> Iterator[None]:
     """Turn the SDK's exceptions into :class:`TransientError` or :class:`SourceError`."""
     try:
         yield
+    except SourceError:
+        raise
     except HttpResponseError as exn:
         status = exn.status_code or 0
         code = getattr(exn, "error_code", None) or exn.reason or type(exn).__name__

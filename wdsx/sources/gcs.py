@@ -115,6 +115,8 @@ def gcs_errors(url: str, doing: str) -> Iterator[None]:
     """Turn the client library's exceptions into :class:`TransientError` or :class:`SourceError`."""
     try:
         yield
+    except SourceError:
+        raise
     except google.api_core.exceptions.GoogleAPICallError as exn:
         status = exn.code or 0
         said = f"{exn.reason or type(exn).__name__} (HTTP {status}): {exn.message}"

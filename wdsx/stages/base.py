@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 from wdsx.core import topology as topologies
+from wdsx.core.sampleseed import epoch_seed, stamp
 from wdsx.read.deal import EpochDeal
 from wdsx.read.rows import RowSource
 from wdsx.state.checkpoint import JsonDict, PipelineState, StageState
@@ -74,6 +75,8 @@ class Run:
         """The piece of a shard being read, when it can hand out whole batches (``.npy`` rows)."""
         self.states: dict[str, StageState] = {}
         self.source_index = source_index(stages)
+        self.epoch_seed = epoch_seed(seed, epoch)
+        """What the reader stamps on each sample, for per-sample randomness (``wdsx.sample_rng``)."""
 
     def attach(self, index: int, kind: type[S]) -> tuple[S, bool]:
         """A fresh state of type ``kind`` for stage ``index``, or the one the checkpoint holds,
@@ -104,7 +107,10 @@ class Run:
             return []
         if self.source_index is None:
             raise RuntimeError("no sample source in this pipeline to re-read positions from")
-        samples = self.stages[self.source_index].read_positions(positions)
+        source = self.stages[self.source_index]
+        samples = source.read_positions(positions)
+        if source.reads_shards:
+            stamp(samples, self.epoch_seed)
         return replay(samples, self.stages[self.source_index + 1 : upto])
 
 
@@ -153,6 +159,10 @@ class Stage:
 
     produces_samples: ClassVar[bool] = False
     """True for the stage that reads shards into positioned samples (the reader/expander)."""
+
+    reads_shards: ClassVar[bool] = False
+    """True for a stage whose :meth:`read_positions` returns samples as a shard reader makes
+    them, which the run stamps with its epoch seed as the reader stamps fresh ones."""
 
     state_type: ClassVar[type[StageState] | None] = None
     """The type of state this stage attaches to a run, if it keeps one."""

@@ -14,6 +14,8 @@ from typing import Any, cast
 
 import numpy as np
 
+from wdsx.core import allocate
+from wdsx.core.sampleseed import EPOCH_SEED
 from wdsx.read.rows import RowPositions
 from wdsx.stages.base import Count, Run, Stage
 from wdsx.stages.buffer import Buffer, attach_buffer
@@ -35,15 +37,38 @@ def _combine(values: list, combine_tensors: bool, combine_scalars: bool) -> Any:
         if not combine_tensors:
             return values
         _check_shapes(values)
-        return np.array(values)
+        return _stack_arrays(values)
     if _is_tensor(first):
         if not combine_tensors:
             return values
-        import torch
-
         _check_shapes(values)
-        return torch.stack(values)
+        return _stack_tensors(values)
     return values
+
+
+def _stack_arrays(values: list[np.ndarray]) -> np.ndarray:
+    """``np.array(values)``; inside a WebLoader worker, built in the shared memory the batch
+    travels in (:mod:`wdsx.core.allocate`), which saves copying it there afterwards."""
+    dtype = values[0].dtype
+    if not allocate.shared() or dtype.hasobject or any(value.dtype != dtype for value in values):
+        return np.array(values)
+    return np.stack(values, out=allocate.empty((len(values), *values[0].shape), dtype))
+
+
+def _stack_tensors(values: list) -> Any:
+    """``torch.stack(values)``, built like :func:`_stack_arrays` where it can be."""
+    import torch
+
+    first = values[0]
+    if not allocate.shared() or any(
+        value.dtype != first.dtype or value.device.type != "cpu" or value.requires_grad for value in values
+    ):
+        return torch.stack(values)
+    try:
+        dtype = torch.empty(0, dtype=first.dtype).numpy().dtype
+    except TypeError:  # a torch type numpy lacks (bfloat16...)
+        return torch.stack(values)
+    return torch.stack(values, out=torch.from_numpy(allocate.empty((len(values), *first.shape), dtype)))
 
 
 def _check_shapes(values: list) -> None:
@@ -128,12 +153,18 @@ class Batched(Stage):
             yield self._collate(items)
         buffer.items, buffer.positions = [], []
 
-
     def _whole_batches(self, run: Run, buffer: Buffer) -> Iterator:
         """Batches that the reader right before this stage gathers whole from the rows it is
-        reading (``run.rows``), the first one taking in the samples ``buffer`` holds: the
+        reading (``run.rows``), the first one starting with the samples ``buffer`` holds: the
         same batches as collating sample by sample, without per-sample work."""
-        while run.rows is not None and (block := run.rows.take(self.batchsize, len(buffer.items))):
+        stamps = {EPOCH_SEED: run.epoch_seed}  # what the reader stamps on every sample
+        while (rows := run.rows) is not None and rows.left() >= self.batchsize - len(buffer.items):
+            if buffer.items and not rows.joins:
+                return
+            head = default_collation_fn(buffer.items) if buffer.items else None
+            block = rows.take(self.batchsize - len(buffer.items), head, stamps)
+            if block is None:
+                return
             buffer.items, buffer.positions = [], []
             batch, positions = block
             run.position = cast(Any, positions)

@@ -15,8 +15,10 @@ from typing import Any
 
 from wdsx.core import rng
 from wdsx.core.errors import Handler, NoSamplesError, StateError, reraise_exception
+from wdsx.core.sampleseed import EPOCH_SEED
 from wdsx.read import deal as planning
 from wdsx.read.formats import StreamStopped
+from wdsx.read.npy import epoch_row_seed
 from wdsx.read.progress import ReaderProgress, upgrade_plan_v2
 from wdsx.read.rows import RowSource
 from wdsx.read.samples import POSITION, Cursor
@@ -31,14 +33,17 @@ from wdsx.state.position import Position, PositionTable
 def _deliver(
     samples: Iterator[dict[str, Any]], run: Run, handler: Handler, cursor: Cursor
 ) -> Generator[dict[str, Any], None, bool]:
-    """Yield a shard's samples, telling the run each one's position (and, for a piece that
-    can hand out whole batches, the piece itself: ``run.rows``). A read error goes to the
+    """Yield a shard's samples stamped with the run's epoch seed (for ``wdsx.sample_rng``),
+    telling the run each one's position (and, for a piece that can hand out whole batches,
+    the piece itself: ``run.rows``). A read error goes to the
     handler: True skips the rest of the shard, False ends the stream (returns False); a
     reader whose handler already chose to stop at a bad record ends it too."""
     run.rows = samples if isinstance(samples, RowSource) else None
+    seed = run.epoch_seed
     try:
         for sample in samples:
             run.position = sample[POSITION]
+            sample[EPOCH_SEED] = seed
             yield sample
     except StreamStopped:
         return False
@@ -56,6 +61,7 @@ class ShardStage(Stage):
     positions, which it can also read back one by one."""
 
     produces_samples = True
+    reads_shards = True
     state_type = ReaderProgress
 
     def __init__(self, settings: ReadSettings):
@@ -191,9 +197,10 @@ class ShardReader(ShardStage):
     ) -> Iterator:
         settings, handler, urls = self.settings, self.settings.handler, self.urls
         # Rows of .npy shards are read in an order that changes with the shard order.
-        row_seed = rng.derive_seed("rows", run.seed, run.epoch) if self.deal.shuffle else None
+        row_seed = epoch_row_seed(run.seed, run.epoch) if self.deal.shuffle else None
         while progress.leftover < len(plan.leftovers):
             sample = read_positions([plan.leftovers[progress.leftover]], settings)[0]
+            sample[EPOCH_SEED] = run.epoch_seed
             progress.leftover += 1
             run.position = sample[POSITION]
             yield sample
@@ -212,7 +219,9 @@ class ShardReader(ShardStage):
                 progress.span, progress.pos, progress.cursor = span_index, piece.pos, cursor
                 extra = {"__pad__": True} if piece.pad else None
                 url, count = urls[order[piece.pos]], None if counts is None else counts[order[piece.pos]]
-                samples = read_piece(url, cursor, piece.stop, settings, extra, prefetcher, count, row_seed=row_seed)
+                samples = read_piece(
+                    url, cursor, piece.stop, settings, extra, prefetcher, count, row_seed=row_seed
+                )
                 if not (yield from _deliver(samples, run, handler, cursor)):
                     progress.done = True
                     return

@@ -34,12 +34,19 @@ def _note(exn: BaseException, sample: Any) -> None:
 
 
 class Transform(Stage):
-    """A stage applying ``fn`` to each item; None results are dropped."""
+    """A stage applying ``fn`` to each item; None results are dropped.
 
-    def __init__(self, fn: Callable[[Any], Any], label: str, handler: Handler = reraise_exception):
+    ``structural`` marks a transform that only picks, renames or reorders fields: it never
+    looks at their values and never drops an item, so the pipeline may hand it values whose
+    decoding is left to the batch they end up in (:mod:`wdsx.stages.plan`)."""
+
+    def __init__(
+        self, fn: Callable[[Any], Any], label: str, handler: Handler = reraise_exception, structural: bool = False
+    ):
         self.fn = fn
         self.label = label
         self.handler = handler
+        self.structural = structural
 
     def apply(self, upstream: Iterator, run: Run, index: int) -> Iterator:
         fn, handler = self.fn, self.handler
@@ -135,7 +142,7 @@ def to_tuple(
             raise ValueError(f"to_tuple{fields}: missing field in sample with fields {list(sample.keys())}")
         return result
 
-    return Transform(extract, f"to_tuple({', '.join(fields)})", handler)
+    return Transform(extract, f"to_tuple({', '.join(fields)})", handler, structural=True)
 
 
 def rename(handler: Handler = reraise_exception, keep: bool = True, **names: str) -> Transform:
@@ -151,7 +158,8 @@ def rename(handler: Handler = reraise_exception, keep: bool = True, **names: str
         result.update({new: getfirst(sample, old) for new, old in names.items()})
         return result
 
-    return Transform(apply_names, f"rename({', '.join(f'{k}={v}' for k, v in names.items())})", handler)
+    label = f"rename({', '.join(f'{k}={v}' for k, v in names.items())})"
+    return Transform(apply_names, label, handler, structural=True)
 
 
 def decode(*handlers: Any, handler: Handler = reraise_exception, **options: Any) -> Transform:

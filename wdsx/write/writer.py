@@ -21,9 +21,10 @@ import lzma
 import posixpath
 import zlib
 from collections.abc import Callable, Mapping
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, BinaryIO, ClassVar, Protocol, TypeVar
 
 from wdsx.codecs.encode import FieldEncoder, make_encoder
+from wdsx.core.sampleseed import EPOCH_SEED
 from wdsx.read.manifest import Manifest, ShardEntry, manifest_url_for_pattern
 from wdsx.read.samples import POSITION
 from wdsx.sources import Sink, SourceOptions
@@ -32,7 +33,7 @@ from wdsx.write.tarformat import HeaderMaker, end_of_archive, padding
 
 log = logging.getLogger("wdsx")
 
-NEVER_WRITTEN = frozenset(("__key__", "__url__", "__local_path__", POSITION, "__pad__"))
+NEVER_WRITTEN = frozenset(("__key__", "__url__", "__local_path__", POSITION, "__pad__", EPOCH_SEED))
 """Fields that describe where a sample was read from; writing them back would be wrong."""
 
 _FLUSH_AT = 1 << 20
@@ -280,6 +281,25 @@ class TarWriter(_AllOrNothing):
             self._sink.abort()
 
 
+class ShardFile(Protocol):
+    """One shard being written, as :class:`ShardWriter` drives it (a :class:`TarWriter`, or a
+    writer of another shard format)."""
+
+    count: int
+
+    def write(self, obj: Any) -> int: ...
+
+    def close(self) -> None: ...
+
+    def abort(self) -> None: ...
+
+    @property
+    def bytes_written(self) -> int: ...
+
+    @property
+    def sha256(self) -> str: ...
+
+
 def shard_is_full(count: int, size: float, maxcount: float, maxsize: float) -> bool:
     """webdataset's rule: a shard with ``count`` samples and ``size`` payload bytes takes no more."""
     return count >= maxcount or size >= maxsize
@@ -299,6 +319,9 @@ class ShardWriter(_AllOrNothing):
     that URL, False writes none. ``metadata`` (also settable as the
     ``metadata`` attribute before ``close``) adds top-level fields to it, such as ``classes``.
     """
+
+    writer_type: ClassVar[Callable[..., ShardFile]] = TarWriter
+    """What writes each shard (a subclass writing another format sets its own)."""
 
     def __init__(
         self,
@@ -326,7 +349,7 @@ class ShardWriter(_AllOrNothing):
         """Number of the next shard to open."""
         self.fname: str | None = None
         """Name of the shard being written (or last written)."""
-        self.tarstream: TarWriter | None = None
+        self.tarstream: ShardFile | None = None
         self.count = 0
         """Samples in the current shard."""
         self.size = 0
@@ -365,9 +388,9 @@ class ShardWriter(_AllOrNothing):
             if kw.get("compress") is None:  # a stream has no name to tell, so ask the pattern's
                 kw["compress"] = compression_for(self.fname, None)
             self._stream = self.opener(self.fname)
-            self.tarstream = TarWriter(self._stream, options=self.options, **kw)
+            self.tarstream = self.writer_type(self._stream, options=self.options, **kw)
         else:
-            self.tarstream = TarWriter(self.fname, options=self.options, **kw)
+            self.tarstream = self.writer_type(self.fname, options=self.options, **kw)
         self.count = 0
         self.size = 0
 

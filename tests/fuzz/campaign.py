@@ -1,0 +1,276 @@
+"""Fuzz campaigns: inputs ``[start, start + count)`` of a seed, read in worker processes, each
+input under a watchdog and every worker under a memory cap, summarised by outcome class.
+
+A worker takes chunks of input indices from a queue and reports each chunk's tally. Before
+each input it sets an interval timer (``timeout``): a reading still running when it fires is
+interrupted and counted as a hang. Should an input hang where the timer cannot interrupt it
+(inside a C call), the parent sees the worker's current input stop changing, kills the worker
+and counts a hang; a worker that dies (a crash, the kernel's OOM killer) counts a crash. Either
+way the rest of its chunk is handed to a fresh worker, so every input is run exactly once.
+
+The memory cap is an address-space limit (``RLIMIT_AS``) of the worker's size when ready plus
+``memory_mb``: an allocation beyond it raises ``MemoryError``, counted as over-memory.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import resource
+import signal
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.fuzz import corpus, oracle, target
+
+CHUNK = 250
+EXAMPLES = 20
+
+
+@dataclass
+class Summary:
+    """The tally of a campaign."""
+
+    seed: int
+    inputs: int = 0
+    outcomes: Counter = field(default_factory=Counter)
+    by_mutation: dict[str, Counter] = field(default_factory=dict)
+    failures: list[tuple[int, str, str, str]] = field(default_factory=list)
+    """``(index, class, input description, detail)`` of the first failing inputs."""
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> int:
+        return sum(self.outcomes[name] for name in target.FAILURES)
+
+    def add(self, other: dict[str, Any]) -> None:
+        self.inputs += other["inputs"]
+        self.outcomes.update(other["outcomes"])
+        for name, counts in other["by_mutation"].items():
+            self.by_mutation.setdefault(name, Counter()).update(counts)
+        room = EXAMPLES - len(self.failures)
+        self.failures += other["failures"][: max(0, room)]
+
+    def table(self) -> str:
+        """The summary as text: outcome classes, failures, and outcomes per mutation."""
+        rate = self.inputs / self.seconds if self.seconds else 0.0
+        lines = [
+            f"fuzz campaign, seed {self.seed}: {self.inputs} inputs in {self.seconds:.1f} s "
+            f"({rate:.0f} inputs/s)",
+            "",
+            f"{'outcome':<14}{'inputs':>10}  {'share':>7}  failure?",
+        ]
+        for name in target.OUTCOMES:
+            count = self.outcomes.get(name, 0)
+            share = 100 * count / self.inputs if self.inputs else 0.0
+            lines.append(f"{name:<14}{count:>10}  {share:6.2f}%  {'FAIL' if name in target.FAILURES else ''}")
+        lines.append(f"{'failures':<14}{self.failed:>10}")
+        if self.failures:
+            lines += ["", "first failures (index, class, input, detail):"]
+            lines += [f"  {index} {kind} {what}: {detail}" for index, kind, what, detail in self.failures]
+        lines += [
+            "",
+            f"{'mutation':<22}"
+            + "".join(f"{name:>11}" for name in target.OUTCOMES[:4])
+            + f"{'failures':>10}",
+        ]
+        for name in sorted(self.by_mutation):
+            counts = self.by_mutation[name]
+            failed = sum(counts[kind] for kind in target.FAILURES)
+            lines.append(
+                f"{name:<22}"
+                + "".join(f"{counts[kind]:>11}" for kind in target.OUTCOMES[:4])
+                + f"{failed:>10}"
+            )
+        return "\n".join(lines)
+
+
+def _describe(item: target.Input) -> str:
+    return f"{item.base.name}+{','.join(item.mutations)}"
+
+
+class _Tally:
+    """A worker's counts for one chunk."""
+
+    def __init__(self) -> None:
+        self.report: dict[str, Any] = {"inputs": 0, "outcomes": Counter(), "by_mutation": {}, "failures": []}
+
+    def add(self, index: int, item: target.Input | None, kind: str, detail: str) -> None:
+        self.report["inputs"] += 1
+        self.report["outcomes"][kind] += 1
+        for name in item.mutations if item is not None else ("?",):
+            self.report["by_mutation"].setdefault(name, Counter())[kind] += 1
+        if kind in target.FAILURES and len(self.report["failures"]) < EXAMPLES:
+            self.report["failures"].append((index, kind, _describe(item) if item else "?", detail))
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    raise target.Hang()
+
+
+def run_one(
+    seed: int, index: int, bases: list[corpus.Base], originals: list[Any], scratch: str, timeout: float
+) -> tuple[target.Input, str, str]:
+    """Build, read and classify input ``index`` (under the alarm when ``timeout`` > 0)."""
+    item = target.make_input(seed, index, bases)
+    if timeout > 0:
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        readings = target.read_all_ways(item, scratch)
+    except target.Hang:
+        return item, "hang", "the reading did not finish within the watchdog's time"
+    finally:
+        if timeout > 0:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    kind, detail = target.classify(item, readings, originals[bases.index(item.base)])
+    return item, kind, detail
+
+
+def prepare(seed: int, size: int) -> tuple[list[corpus.Base], list[Any]]:
+    """The corpus of ``seed`` and each base's samples (checked clean by the oracle)."""
+    bases = corpus.corpus(seed, size)
+    originals = []
+    for base in bases:
+        verdict = oracle.verdict(base.stored())
+        if not verdict.clean:
+            raise AssertionError(f"corpus shard {base.name} is not clean: {verdict.reason}")
+        originals.append(verdict.samples)
+    return bases, originals
+
+
+def _limit_memory(megabytes: int) -> None:
+    with open("/proc/self/statm") as statm:
+        size = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    cap = size + megabytes * (1 << 20)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, resource.getrlimit(resource.RLIMIT_AS)[1]))
+
+
+def _worker(
+    seed: int,
+    corpus_size: int,
+    timeout: float,
+    memory_mb: int,
+    chunks: Any,
+    results: Any,
+    current: Any,
+    slot: int,
+) -> None:
+    os.nice(5)
+    signal.signal(signal.SIGALRM, _on_alarm)
+    bases, originals = prepare(seed, corpus_size)
+    with tempfile.TemporaryDirectory(
+        prefix="wdsx-fuzz-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None
+    ) as scratch:
+        if memory_mb:
+            _limit_memory(memory_mb)
+        while True:
+            chunk = chunks.get()
+            if chunk is None:
+                return
+            low, high = chunk
+            tally = _Tally()
+            for index in range(low, high):
+                current[3 * slot : 3 * slot + 3] = [index, low, high]
+                try:
+                    item, kind, detail = run_one(seed, index, bases, originals, scratch, timeout)
+                except MemoryError:
+                    item, kind, detail = None, "over-memory", "MemoryError outside the readings"
+                tally.add(index, item, kind, detail)
+            current[3 * slot] = -1
+            results.put(tally.report)
+
+
+def run_campaign(
+    seed: int,
+    count: int,
+    *,
+    start: int = 0,
+    workers: int = 1,
+    timeout: float = 5.0,
+    memory_mb: int = 512,
+    corpus_size: int = 64,
+    progress: Any = None,
+) -> Summary:
+    """Run inputs ``[start, start + count)`` of ``seed`` in ``workers`` processes.
+
+    ``progress(summary)``, when given, is called after every chunk."""
+    context = multiprocessing.get_context("fork")
+    chunks: Any = context.Queue()
+    results: Any = context.Queue()
+    pending = 0
+    for low in range(start, start + count, CHUNK):
+        chunks.put((low, min(low + CHUNK, start + count)))
+        pending += 1
+    current = context.Array("q", [-1] * (3 * workers), lock=False)
+    """Per worker: the input it is reading (-1: none) and its chunk's bounds."""
+    summary = Summary(seed)
+    started = time.perf_counter()
+
+    def spawn(slot: int) -> Any:
+        process = context.Process(
+            target=_worker,
+            args=(seed, corpus_size, timeout, memory_mb, chunks, results, current, slot),
+            daemon=True,
+        )
+        process.start()
+        return process
+
+    processes = [spawn(slot) for slot in range(workers)]
+    watched = [(-1, time.monotonic())] * workers
+    stalled_after = max(30.0, 6 * timeout)
+    try:
+        while pending:
+            try:
+                summary.add(results.get(timeout=1.0))
+                pending -= 1
+                summary.seconds = time.perf_counter() - started
+                if progress is not None:
+                    progress(summary)
+                continue
+            except queue.Empty:
+                pass
+            for slot, process in enumerate(processes):
+                index, low, high = current[3 * slot : 3 * slot + 3]
+                if index != watched[slot][0]:
+                    watched[slot] = (index, time.monotonic())
+                stalled = index >= 0 and time.monotonic() - watched[slot][1] > stalled_after
+                if process.is_alive() and not stalled:
+                    continue
+                if index < 0:
+                    raise RuntimeError(
+                        f"fuzz worker {slot} died outside an input (exit code {process.exitcode})"
+                    )
+                kind = "hang" if process.is_alive() else "crash"
+                process.kill()
+                process.join()
+                pending += _split_chunk(chunks, summary, seed, (low, index, high), kind) - 1
+                processes[slot] = spawn(slot)
+                watched[slot] = (-1, time.monotonic())
+    finally:
+        for _ in processes:
+            chunks.put(None)
+        for process in processes:
+            process.join(timeout=5)
+            if process.is_alive():
+                process.kill()
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def _split_chunk(chunks: Any, summary: Summary, seed: int, lost: tuple[int, int, int], kind: str) -> int:
+    """A worker was lost at input ``index`` of its chunk ``[low, high)`` (``lost``): count that
+    input as ``kind`` and queue the chunk's other inputs again; returns the chunks queued."""
+    low, index, high = lost
+    tally = _Tally()
+    tally.add(index, None, kind, f"worker lost at input {index} of seed {seed}")
+    summary.add(tally.report)
+    queued = 0
+    for part in ((low, index), (index + 1, high)):
+        if part[0] < part[1]:
+            chunks.put(part)
+            queued += 1
+    return queued

@@ -1,0 +1,259 @@
+""".npy shards: rows equal ``np.load`` (the oracle), shuffled epochs are per-shard permutations
+that change every epoch, whole-batch gathering gives the batches sample-by-sample collation
+gives, and exact and elastic resume match the uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import wdsx
+from tests.fixtures.records import make_npy_shards
+from wdsx.core import rng
+from wdsx.read.npy import draws
+
+EPOCHS = 2
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    """Five shards of uneven length, rows of shape (3,)."""
+    return make_npy_shards(str(tmp_path_factory.mktemp("npy")), [37, 5, 61, 37, 20])
+
+
+def oracle_rows(urls) -> list[tuple[str, np.ndarray]]:
+    """(key, row) of every row, in file order, from ``np.load``."""
+    rows = []
+    for url in urls:
+        stem = os.path.basename(url)[: -len(".npy")]
+        rows += [(f"{stem}/{i}", row) for i, row in enumerate(np.load(url))]
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("row_shape", "dtype"), [((3,), "float32"), ((2, 4), "int16"), ((), "int64"), ((5,), ">f8")]
+)
+def test_rows_equal_np_load(tmp_path, row_shape, dtype):
+    data = make_npy_shards(str(tmp_path), [7, 1, 12], row_shape, dtype)
+    samples = list(wdsx.WebDataset(data.urls, manifest=False))
+    expected = oracle_rows(data.urls)
+    assert [s["__key__"] for s in samples] == [key for key, _ in expected]
+    for sample, (_, row) in zip(samples, expected):
+        assert sample["npy"].dtype == row.dtype and sample["npy"].shape == row_shape
+        assert np.array_equal(sample["npy"], row)
+        assert sample["__position__"].offset == sample["__position__"].ordinal  # file order: row = ordinal
+
+
+def test_counts_come_from_headers_without_reading_rows(tmp_path):
+    data = make_npy_shards(str(tmp_path), [10, 20])
+    with open(data.urls[1], "rb+") as stream:  # cut the data: the header still says 20 rows
+        stream.truncate(stream.seek(0, os.SEEK_END) - 30)
+    dataset = wdsx.WebDataset(data.urls, manifest=False)
+    assert dataset.reader.counts == [10, 20]
+    with pytest.raises(wdsx.ShardError, match="feats-001.npy: the shard is shorter than its header says"):
+        list(dataset)
+
+
+@pytest.mark.parametrize(
+    ("array", "reason"),
+    [
+        (np.asfortranarray(np.zeros((4, 3))), "Fortran order"),
+        (np.array([{"a": 1}, None], dtype=object), "Python objects"),
+        (np.float32(3), "0-dimensional"),
+    ],
+)
+def test_arrays_without_readable_rows_are_refused(tmp_path, array, reason):
+    path = str(tmp_path / "odd.npy")
+    np.save(path, array, allow_pickle=True)
+    with pytest.raises(wdsx.ShardError, match=reason):
+        list(wdsx.WebDataset(path, manifest=False))
+
+
+def test_the_row_permutation_is_splitmix64():
+    seed = rng.derive_seed("any")
+    assert draws(seed, 5).tolist() == [rng.draw(seed, i) for i in range(5)]
+
+
+def test_shuffled_epochs_permute_each_shard_and_change(shards):
+    dataset = wdsx.WebDataset(shards.urls, shardshuffle=True)
+    epochs = [[s["__key__"] for s in dataset] for _ in range(3)]
+    for keys in epochs:
+        assert sorted(keys) == sorted(shards.keys)
+        stems = [key.split("/")[0] for key in keys]
+        assert len([i for i in range(1, len(stems)) if stems[i] != stems[i - 1]]) == len(shards.urls) - 1
+    assert epochs[0] != epochs[1] != epochs[2]
+    unshuffled = [s["__key__"] for s in wdsx.WebDataset(shards.urls)]
+    assert unshuffled == shards.keys
+
+
+@pytest.mark.parametrize("batch", [1, 4, 16, 64])
+def test_whole_batches_equal_sample_by_sample_collation(shards, batch):
+    def pipeline(per_sample):
+        dataset = wdsx.WebDataset(shards.urls, shardshuffle=True)
+        return (dataset.map(lambda sample: sample) if per_sample else dataset).batched(batch)
+
+    gathered, collated = list(pipeline(False)), list(pipeline(True))
+    assert len(gathered) == len(collated)
+    for fast, slow in zip(gathered, collated):
+        assert list(fast) == list(slow)
+        for field in fast:
+            if isinstance(slow[field], np.ndarray):  # rows, and collated numbers
+                assert np.array_equal(fast[field], slow[field]) and fast[field].dtype == slow[field].dtype
+            else:
+                assert fast[field] == slow[field] and list(fast[field]) == list(slow[field])
+    rows = [sample for b in pipeline(False) for sample in wdsx.unbatched()([b])]
+    assert [row["__key__"] for row in rows] == [k for b in collated for k in b["__key__"]]
+
+
+def test_whole_batches_are_gathered_in_one_step(shards, monkeypatch):
+    """Only the first batch of each shard is collated sample by sample; the rest are gathered."""
+    from wdsx.read import npy
+
+    calls = Counter()
+    row, gather = npy.Rows.row, npy.Rows.gather
+    monkeypatch.setattr(npy.Rows, "row", lambda self, i: calls.update(["row"]) or row(self, i))
+    monkeypatch.setattr(npy.Rows, "gather", lambda self, r: calls.update(["gather"]) or gather(self, r))
+    batches = list(wdsx.WebDataset(shards.urls, shardshuffle=True).batched(8))
+    assert sum(len(b["npy"]) for b in batches) == sum(shards.counts)
+    assert calls["gather"] >= 10 and calls["row"] < 8 * 2 * len(shards.urls)
+
+
+def build(urls, fused, bufsize, batch, workers, main_stages):
+    dataset = wdsx.WebDataset(urls, shardshuffle=True)
+    if fused:  # batches gathered whole from the rows
+        dataset = dataset.batched(batch)
+    else:
+        dataset = dataset.shuffle(bufsize).to_tuple("__key__", "npy").batched(batch)
+    if workers is None:
+        return dataset
+    loader = wdsx.WebLoader(dataset, batch_size=None, num_workers=workers)
+    if main_stages:
+        loader = loader.unbatched().shuffle(main_stages[0]).batched(main_stages[1])
+    return loader
+
+
+def batch_keys(batch) -> list[str]:
+    keys = batch["__key__"] if isinstance(batch, dict) else batch[0]
+    return list(keys)
+
+
+def run_epochs(loader, first_epoch=0, stop_after=None):
+    seen = []
+    for epoch in range(first_epoch, EPOCHS):
+        for batch in loader:
+            seen.append(batch_keys(batch))
+            if stop_after is not None and len(seen) == stop_after:
+                return seen, epoch, json.loads(json.dumps(loader.state_dict()))
+    return seen, EPOCHS, None
+
+
+def resume_trial(urls, fused, bufsize, batch, workers, main_stages, cut):
+    args = (urls, fused, bufsize, batch, workers, main_stages)
+    full, _, _ = run_epochs(build(*args))
+    stop = max(1, int(cut * len(full)))
+    first = build(*args)
+    before, epoch, state = run_epochs(first, stop_after=stop)
+    if hasattr(first, "close"):
+        first.close()
+    second = build(*args)
+    second.load_state_dict(state)
+    after, _, _ = run_epochs(second, first_epoch=epoch)
+    assert before + after == full
+    return full
+
+
+@pytest.mark.parametrize(("fused", "workers"), [(True, None), (True, 2), (False, 0), (False, 2)])
+def test_resume_equals_the_uninterrupted_run(shards, fused, workers):
+    full = resume_trial(shards.urls, fused, 10, 6, workers, (9, 4) if workers else None, 0.45)
+    assert Counter(k for b in full for k in b) == Counter(shards.keys * EPOCHS)
+
+
+@pytest.mark.slow  # 30 kill/resume trials with worker processes
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    workers=st.sampled_from([None, 0, 1, 2, 3]),
+    fused=st.booleans(),
+    bufsize=st.sampled_from([0, 1, 7, 100]),
+    batch=st.integers(1, 16),
+    main_stages=st.sampled_from([None, (5, 4), (50, 9)]),
+    cut=st.floats(0, 1),
+)
+def test_kill_and_resume_trials(shards, workers, fused, bufsize, batch, main_stages, cut):
+    resume_trial(shards.urls, fused, bufsize, batch, workers, main_stages if workers else None, cut)
+
+
+@pytest.mark.parametrize(("old", "new"), [(2, 3), (3, 1), (0, 2)])
+@pytest.mark.parametrize("fused", [False, True])
+def test_elastic_resume_reads_the_rest_exactly_once(shards, old, new, fused):
+    def loader(workers):
+        inner = wdsx.WebLoader(
+            build(shards.urls, fused, 12, 4, None, None), batch_size=None, num_workers=workers
+        )
+        return inner.unbatched().shuffle(10).batched(5)
+
+    first = loader(old)
+    iterator = iter(first)
+    before = [key for _ in range(9) for key in batch_keys(next(iterator))]
+    state = json.loads(json.dumps(first.state_dict()))
+    del iterator
+    first.close()
+    second = loader(new)
+    second.load_state_dict(state)
+    after = [key for batch in second for key in batch_keys(batch)]
+    assert Counter(before + after) == Counter(shards.keys)
+
+
+def test_ranks_share_the_epoch_and_resume_elastically(shards, monkeypatch):
+    def loader():
+        dataset = wdsx.WebDataset(shards.urls, shardshuffle=True, remainder="exact").batched(3)
+        return wdsx.WebLoader(dataset, batch_size=None, num_workers=0)
+
+    everything, states, consumed = [], [], []
+    for rank in range(3):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "3")
+        everything += [key for batch in loader() for key in batch_keys(batch)]
+        ranked = iter(partial := loader())
+        consumed += [key for _ in range(4) for key in batch_keys(next(ranked))]
+        states.append(json.loads(json.dumps(partial.state_dict())))
+    assert Counter(everything) == Counter(shards.keys)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    resumed = loader()
+    resumed.load_state_dict({"format": "wdsx-global-state", "version": 1, "ranks": states})
+    assert Counter(consumed + [key for b in resumed for key in batch_keys(b)]) == Counter(shards.keys)
+
+
+def test_remote_shards_are_read_whole(shards, http_server):
+    urls = []
+    for url in shards.urls[:2]:
+        with open(url, "rb") as stream:
+            urls.append(http_server.add("remote-" + os.path.basename(url), stream.read()))
+    expected = {"remote-" + key: row for key, row in oracle_rows(shards.urls[:2])}
+    for shuffled in (False, True):
+        samples = list(wdsx.WebDataset(urls, shardshuffle=shuffled).shuffle(5 if shuffled else 0))
+        assert sorted(s["__key__"] for s in samples) == sorted(expected)
+        assert all(np.array_equal(s["npy"], expected[s["__key__"]]) for s in samples)
+
+
+def test_a_few_positions_of_a_remote_shard_are_read_row_by_row(shards, http_server, fault_proxy):
+    from wdsx.read.shard import ReadSettings, read_positions
+    from wdsx.state.position import Position
+
+    with open(shards.urls[2], "rb") as stream:
+        http_server.add("rows-feats-002.npy", stream.read())
+    proxy = fault_proxy(http_server.port)
+    url = f"http://127.0.0.1:{proxy.port}/rows-feats-002.npy"
+    positions = [Position(url, 40, 0), Position(url, 3, 1, True)]
+    samples = read_positions(positions, ReadSettings(wdsx.SourceOptions()))
+    expected = np.load(shards.urls[2])
+    assert [s["__key__"] for s in samples] == ["rows-feats-002/40", "rows-feats-002/3"]
+    assert np.array_equal(samples[0]["npy"], expected[40]) and np.array_equal(samples[1]["npy"], expected[3])
+    assert samples[1]["__pad__"] and samples[1]["__position__"].pad
+    assert len(proxy.gets("rows-feats")) == 1 + len(positions)  # the header, then one request per row

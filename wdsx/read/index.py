@@ -1,0 +1,157 @@
+"""Offset indexes: where each sample of a shard starts and ends, so that one sample can be read
+alone (a seek, or one ranged request for exactly its bytes).
+
+An index is a small JSON file beside its shard, ``<shard>.idx`` (``train-000003.tar.idx``),
+written by ``wdsx index``::
+
+    {"format": "wdsx-offsets", "version": 1, "shard": "train-000003.tar", "samples": n,
+     "dtype": "<u2", "offsets": "<base64 of the zlib-compressed differences>"}
+
+The offsets are ``n + 1`` numbers: sample ``i`` of the shard spans bytes ``[offsets[i],
+offsets[i + 1])`` — its tar members (the last sample ends where the end-of-archive marker
+starts), or its JSONL line with the newline. Samples follow the readers' grouping exactly, so
+ordinal ``i`` here is ordinal ``i`` of a streaming read. Stored as differences in the
+narrowest integer type and compressed, an index takes about one to two bytes per sample.
+
+Only uncompressed tar and JSONL shards can be indexed: a compressed stream cannot be entered
+at an offset. ``.npy`` shards need no index: their header says where every row is.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import posixpath
+import zlib
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from wdsx.core.compression import uncompressed
+from wdsx.core.errors import ShardError
+from wdsx.read import formats
+from wdsx.read.jsonl import line_offsets
+from wdsx.read.manifest import read_if_present
+from wdsx.read.samples import sample_starts
+from wdsx.read.shard import bytes_left
+from wdsx.read.tar import scan_headers
+from wdsx.sources import SourceOptions, open_sink, open_source, scheme_of
+
+FORMAT = "wdsx-offsets"
+VERSION = 1
+SUFFIX = ".idx"
+
+
+def index_url(url: str) -> str:
+    """Where the offset index of the shard at ``url`` lives: beside it, ``<shard>.idx``."""
+    return url + SUFFIX
+
+
+def check_indexable(url: str, compressed: bool = False) -> None:
+    """Raise a ValueError saying why the shard at ``url`` cannot be read sample by sample, if
+    it cannot: a compressed shard (by its name, or ``compressed``: by its content) has no
+    offsets to seek to."""
+    if compressed or (formats.format_of(url) != "npy" and not formats.seekable(url)):
+        raise ValueError(
+            f"{url}: random access needs uncompressed shards (a compressed stream cannot be entered "
+            "at a sample's offset); decompress it (e.g. gunzip) and index it with `wdsx index`"
+        )
+
+
+@dataclass(frozen=True)
+class ShardIndex:
+    """Where each sample of one shard starts, and where the last one ends."""
+
+    name: str
+    """The shard's basename."""
+    offsets: np.ndarray
+    """``samples + 1`` byte offsets: sample ``i`` spans ``[offsets[i], offsets[i + 1])``."""
+
+    @property
+    def samples(self) -> int:
+        """How many samples the shard holds."""
+        return len(self.offsets) - 1
+
+    def extent(self, ordinal: int) -> tuple[int, int]:
+        """The byte range ``[start, end)`` of sample ``ordinal``."""
+        return int(self.offsets[ordinal]), int(self.offsets[ordinal + 1])
+
+    def to_json(self) -> str:
+        """The index as one line of JSON (see the module's docstring)."""
+        deltas = np.diff(self.offsets, prepend=0)
+        kind = np.min_scalar_type(int(deltas.max()) if len(deltas) else 0).newbyteorder("<")
+        packed = base64.b64encode(zlib.compress(deltas.astype(kind).tobytes(), 9)).decode("ascii")
+        record: dict[str, Any] = {"format": FORMAT, "version": VERSION, "shard": self.name}
+        record |= {"samples": self.samples, "dtype": kind.str, "offsets": packed}
+        return json.dumps(record) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str | bytes, url: str = "") -> ShardIndex:
+        """Parse an index; ValueError naming ``url`` when it is not one or is damaged."""
+        try:
+            data = json.loads(text)
+            if not isinstance(data, dict) or data.get("format") != FORMAT:
+                raise ValueError(f'not a wdsx offset index (missing "format": "{FORMAT}")')
+            if data.get("version") != VERSION:
+                raise ValueError(f"unsupported offset index version {data.get('version')!r}")
+            raw = zlib.decompress(base64.b64decode(data["offsets"]))
+            offsets = np.cumsum(np.frombuffer(raw, np.dtype(data["dtype"])).astype(np.int64))
+            if len(offsets) != int(data["samples"]) + 1:
+                raise ValueError(f"it lists {len(offsets) - 1} offsets for {data['samples']} samples")
+        except (ValueError, KeyError, TypeError, zlib.error) as exn:
+            raise ValueError(f"{url}: {exn}") from exn
+        return cls(str(data["shard"]), offsets)
+
+    def write(self, url: str, options: SourceOptions | None = None) -> None:
+        """Write this index beside the shard at ``url``."""
+        with open_sink(index_url(url), options) as sink:
+            sink.write(self.to_json().encode("utf-8"))
+
+
+def load_index(url: str, options: SourceOptions | None = None) -> ShardIndex | None:
+    """The index written beside the shard at ``url``, or None when there is none."""
+    target = index_url(url)
+    text = read_if_present(target, options)
+    return None if text is None else ShardIndex.from_json(text, target)
+
+
+def _ending(
+    headers: Generator[tuple[str, int, int], None, int], end: list[int]
+) -> Iterator[tuple[str, int, int]]:
+    """The header records, and the end-of-archive offset the scan returns, into ``end``."""
+    end.append((yield from headers))
+
+
+def scan_index(url: str, options: SourceOptions | None = None) -> ShardIndex:
+    """Build the index of the shard at ``url`` by reading it: a local tar shard header by
+    header (seeking over payloads), a JSONL shard line by line; remote shards are streamed.
+    A shard that turns out to be compressed is refused (a ValueError)."""
+    check_indexable(url)
+    with open_source(url, 0, options) as source:
+        stream, compressed = uncompressed(source.read, source.readinto)
+        check_indexable(url, compressed)
+        if formats.format_of(url) == "jsonl":
+            offsets = line_offsets(url, stream.read)
+        else:
+            skip = source.skip if source.local_path else None
+            end: list[int] = []
+            headers = scan_headers(stream.read, skip, url, available=bytes_left(source, 0))
+            starts = [offset for _, offset in sample_starts(_ending(headers, end))]
+            offsets = np.array([*starts, end[0]], dtype=np.int64)
+    return ShardIndex(posixpath.basename(url), offsets)
+
+
+def shard_index(url: str, options: SourceOptions | None = None) -> ShardIndex:
+    """The index of the shard at ``url``: its ``.idx`` file, else (local shards only) a scan.
+    A remote shard without an index is an error that says how to make one."""
+    found = load_index(url, options)
+    if found is not None:
+        return found
+    check_indexable(url)
+    if scheme_of(url) != "file":
+        raise ShardError(
+            url, None, f"no offset index {index_url(url)} for random access: write one with `wdsx index`"
+        )
+    return scan_index(url, options)
