@@ -35,7 +35,10 @@ test: lint typecheck
 test-fast: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" tests
 
+# The tutorial benchmark reads Debian's openclipart-png drawings; without them (no apt-get, or
+# not root) it uses generated photo-like images instead.
 bench: $(VENV)/.installed-test
+	-test -d /usr/share/openclipart/png || apt-get install -y --no-install-recommends openclipart-png
 	$(BIN)/python benchmarks/run.py
 
 # A long fuzzing campaign over the reading API (`make test` runs a short one): a watchdog and a

@@ -10,10 +10,12 @@ turn, ``repeats`` times, and the medians reported, with the CPU time each spent 
 
 from __future__ import annotations
 
+import random
 import resource
 import statistics
+import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,9 +42,17 @@ def tutorial_transform(image: PIL.Image.Image) -> Any:
     return torch.from_numpy((array.transpose(2, 0, 1) / 255 - MEAN) / STD)
 
 
-def rgb8_loader(wds: Any, urls: list[str]) -> Any:
+def rgb8_loader(wds: Any, urls: list[str], workers: int = 2, threads: int = 1) -> Any:
     dataset = wds.WebDataset(urls, shardshuffle=False).shuffle(1000).decode("rgb8")
-    return wds.WebLoader(dataset.to_tuple("jpg", "cls").batched(64), batch_size=None, num_workers=2)
+    options = {"decode_threads": threads} if threads > 1 else {}
+    batches = dataset.to_tuple("jpg", "cls").batched(64)
+    return wds.WebLoader(batches, batch_size=None, num_workers=workers, **options)
+
+
+def decode_first_loader(wds: Any, urls: list[str]) -> Any:
+    """The same with the shuffle after decoding (its buffer holds decoded images)."""
+    dataset = wds.WebDataset(urls, shardshuffle=False).decode("rgb8").to_tuple("jpg", "cls").shuffle(1000)
+    return wds.WebLoader(dataset.batched(64), batch_size=None, num_workers=2)
 
 
 def tutorial_loader(wds: Any, urls: list[str]) -> Any:
@@ -57,17 +67,41 @@ def tutorial_loader(wds: Any, urls: list[str]) -> Any:
     return wds.WebLoader(dataset, num_workers=4, batch_size=None)
 
 
+def photo_crop_loader(wds: Any, urls: list[str], scaled: bool | float = True) -> Any:
+    """The ImageNet-like pipeline: RandomResizedCrop to 224 and a flip, batches of 64. wdsx
+    decodes straight to the crop (``scaled``: its scaled decoding); webdataset users decode to
+    PIL and crop and flip in a map, as torchvision's transforms do on PIL images."""
+    dataset = wds.WebDataset(urls, shardshuffle=False).shuffle(1000)
+    if wds.__name__ == "wdsx":
+        dataset = dataset.decode_resized(224, flip=True, scaled_decoding=scaled)
+    else:
+        dataset = dataset.decode("pil").map_dict(jpg=pil_random_resized_crop)
+    return wds.WebLoader(dataset.to_tuple("jpg", "cls").batched(64), batch_size=None, num_workers=2)
+
+
+def pil_random_resized_crop(image: PIL.Image.Image) -> np.ndarray:
+    """torchvision's RandomResizedCrop(224) and RandomHorizontalFlip on a PIL image, to an
+    array (the box drawn with torchvision's algorithm as wdsx implements it)."""
+    from wdsx.codecs.scaled import random_resized_box
+
+    seed = random.getrandbits(64)
+    box = random_resized_box(seed, image.height, image.width, (0.08, 1.0), (3 / 4, 4 / 3))
+    region = (box.left, box.top, box.left + box.width, box.top + box.height)
+    image = image.resize((224, 224), PIL.Image.Resampling.BILINEAR, box=region)
+    if seed & 1:
+        image = image.transpose(PIL.Image.Transpose.FLIP_LEFT_RIGHT)
+    return np.asarray(image)
+
+
 @dataclass
 class Case:
-    """One WebLoader row: the pipeline, its shards, and its bound's decoder."""
+    """WebLoader rows measured together: loaders by name, and the bound's decoder."""
 
-    name: str
-    build: Callable[[Any, list[str]], Any]
+    loaders: dict[str, Callable[[], Any]]
     urls: list[str]
     field: str
     decode: Callable[[bytes], Any]
     processes: int
-    libraries: Sequence[str] = ("wdsx", "webdataset")
 
 
 @dataclass
@@ -83,8 +117,8 @@ def _cpu_seconds() -> float:
 
 
 def run_loader(loader: Callable[[], Any]) -> tuple[int, float, float, float]:
-    """Samples, seconds, seconds to the first batch and CPU seconds of one pass; the batch's
-    last element is the label column."""
+    """Samples, seconds, seconds to the first batch and CPU seconds of one pass (building the
+    loader included); the batch's last element is the label column."""
     cpu = _cpu_seconds()
     start = time.perf_counter()
     first = None
@@ -97,13 +131,12 @@ def run_loader(loader: Callable[[], Any]) -> tuple[int, float, float, float]:
 
 
 def measure(case: Case, repeats: int) -> Measured:
-    """Medians over ``repeats`` interleaved passes of each library and of the bound."""
-    modules = libraries()
+    """Medians over ``repeats`` interleaved passes of each loader and of the bound."""
     payloads = bound.field_bytes(case.urls, case.field)
-    runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name in (*case.libraries, "bound")}
+    runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name in (*case.loaders, "bound")}
     for _ in range(repeats):
-        for name in case.libraries:
-            count, seconds, first, cpu = run_loader(lambda wds=modules[name]: case.build(wds, case.urls))
+        for name, loader in case.loaders.items():
+            count, seconds, first, cpu = run_loader(loader)
             runs[name].append((count / seconds, 1000 * cpu / count, first))
         cpu = _cpu_seconds()
         rate = bound.decode_rate(payloads, case.decode, case.processes)
@@ -114,3 +147,116 @@ def measure(case: Case, repeats: int) -> Measured:
         result.cpu_ms[name] = statistics.median(v[1] for v in values)
         result.first_batch_s[name] = statistics.median(v[2] for v in values)
     return result
+
+
+def cases() -> dict[str, Case]:
+    """Every WebLoader case, on its shards."""
+    from benchmarks import data, images
+
+    modules = libraries()
+    jpeg, clipart, photos = data.jpeg_shards(), images.clipart_shards(), images.photo_shards()
+
+    def both(build: Callable[[Any, list[str]], Any], urls: list[str]) -> dict[str, Callable[[], Any]]:
+        return {name: (lambda wds=wds: build(wds, urls)) for name, wds in modules.items()}
+
+    wdsx, webdataset = modules["wdsx"], modules["webdataset"]
+    return {
+        "rgb8": Case(
+            {**both(rgb8_loader, jpeg), "wdsx 1 worker x 2 threads": lambda: rgb8_loader(wdsx, jpeg, 1, 2)},
+            jpeg,
+            "jpg",
+            bound.simplejpeg_rgb,
+            2,
+        ),
+        "decode first": Case(both(decode_first_loader, jpeg), jpeg, "jpg", bound.simplejpeg_rgb, 2),
+        "tutorial": Case(both(tutorial_loader, clipart), clipart, "input.jpg", bound.pillow_rgb, 4),
+        "photo": Case(
+            {
+                "wdsx": lambda: photo_crop_loader(wdsx, photos, False),
+                "wdsx scaled": lambda: photo_crop_loader(wdsx, photos, True),
+                "wdsx scaled 0.5": lambda: photo_crop_loader(wdsx, photos, 0.5),
+                "webdataset": lambda: photo_crop_loader(webdataset, photos),
+            },
+            photos,
+            "jpg",
+            bound.simplejpeg_rgb,
+            2,
+        ),
+    }
+
+
+Row = tuple[str, str, str, str, str]
+
+
+def _rate(value: float) -> str:
+    return f"{value:,.0f} /s"
+
+
+def _against_bound(measured: Measured, name: str) -> str:
+    rates, cpu = measured.rates, measured.cpu_ms
+    return (
+        f"bound {_rate(rates['bound'])}: {rates[name] / rates['bound']:.2f} of it "
+        f"(CPU per sample: {cpu['bound'] / cpu[name]:.2f})"
+    )
+
+
+def loader_rows(repeats: int) -> list[Row]:
+    """The WebLoader rows of ``make bench``: each with webdataset and its bound, in one run."""
+    rows: list[Row] = []
+    named = {
+        "rgb8": "WebLoader(2): shuffle(1000).decode(rgb8).to_tuple.batched(64)",
+        "decode first": "WebLoader(2): decode(rgb8).to_tuple.shuffle(1000).batched(64)",
+        "tutorial": "tutorial: WebLoader(4): shuffle.decode(pil).to_tuple.map_tuple.batched(32), clipart",
+    }
+    targets = {"rgb8": ">= 2.5x, >= 0.8 of bound", "decode first": ">= 2.5x", "tutorial": ">= 1.3x"}
+    for key, case in cases().items():
+        print(f"#   {key}...", file=sys.stderr, flush=True)
+        measured = measure(case, repeats)
+        rates = measured.rates
+        if key in named:
+            ratio = f"{rates['wdsx'] / rates['webdataset']:.2f}x; {_against_bound(measured, 'wdsx')}"
+            rows.append((named[key], _rate(rates["wdsx"]), _rate(rates["webdataset"]), ratio, targets[key]))
+        if key == "rgb8":
+            threads = rates["wdsx 1 worker x 2 threads"]
+            rows.append(
+                (
+                    "... the same, WebLoader(num_workers=1, decode_threads=2)",
+                    _rate(threads),
+                    _rate(rates["webdataset"]),
+                    f"{threads / rates['webdataset']:.2f}x; {threads / rates['wdsx']:.2f} of 2 workers' rate",
+                    "",
+                )
+            )
+        if key == "tutorial":
+            first = measured.first_batch_s
+            rows.append(
+                (
+                    "tutorial: time to the first batch",
+                    f"{1000 * first['wdsx']:.0f} ms",
+                    f"{1000 * first['webdataset']:.0f} ms",
+                    f"{first['wdsx'] / first['webdataset']:.2f}x",
+                    "<= 1x",
+                )
+            )
+        if key == "photo":
+            full = rates["wdsx"]
+            rows.append(
+                (
+                    "ImageNet-like: RandomResizedCrop(224)+flip, full-size decode",
+                    _rate(full),
+                    _rate(rates["webdataset"]),
+                    f"{full / rates['webdataset']:.2f}x; {_against_bound(measured, 'wdsx')}",
+                    "",
+                )
+            )
+            for variant, floor in (("wdsx scaled", "1"), ("wdsx scaled 0.5", "0.5")):
+                rows.append(
+                    (
+                        f"ImageNet-like, scaled decoding (scaled_decoding={floor})",
+                        _rate(rates[variant]),
+                        _rate(rates["webdataset"]),
+                        f"{rates[variant] / full:.2f}x the full-size decode",
+                        ">= 2x full-size" if floor == "1" else "",
+                    )
+                )
+    return rows

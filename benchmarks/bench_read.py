@@ -34,17 +34,6 @@ def shuffled_batches(wds: Any, urls: list[str]) -> Any:
     )
 
 
-def loader(wds: Any, urls: list[str]) -> Any:
-    dataset = (
-        wds.WebDataset(urls, shardshuffle=False)
-        .decode("rgb8")
-        .to_tuple("jpg", "cls")
-        .shuffle(1000)
-        .batched(64)
-    )
-    return wds.WebLoader(dataset, batch_size=None, num_workers=2)
-
-
 def count_samples(iterable: Any, batched: bool) -> int:
     if batched:
         return sum(len(batch[1]) for batch in iterable)

@@ -72,7 +72,8 @@ def _flattened(path: str) -> PIL.Image.Image:
 
 def clipart_shards(nshards: int = 8, quality: int = 90) -> list[str]:
     """The tutorial's shards: ``input.jpg`` and ``target.pt`` per drawing."""
-    files = [path for path in sorted(glob.glob(os.path.join(CLIPART, "**", "*.png"), recursive=True)) if _usable(path)]
+    found = sorted(glob.glob(os.path.join(CLIPART, "**", "*.png"), recursive=True))
+    files = [path for path in found if _usable(path)]
     name = "clipart" if files else "clipart-standin"
     count = len(files) or 8000
     folders = sorted({os.path.relpath(path, CLIPART).split(os.sep)[0] for path in files}) or ["photo"]

@@ -3,7 +3,7 @@
 Prints a table of rates and ratios (medians of interleaved runs: this machine is shared and
 noisy, so only same-run ratios mean anything) and writes it to ``bench-out/results.md``.
 
-    python benchmarks/run.py [--only read,resume,s3,convert,formats] [--repeats 3]
+    python benchmarks/run.py [--only read,loader,resume,s3,convert,formats] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ READ_PIPELINES = (
     ("raw iteration, 20k x ~24 KB JPEG samples", bench_read.raw, "jpeg", False, ">= 5x"),
     ('decode("rgb8").to_tuple("jpg", "cls")', bench_read.decoded, "jpeg", False, ">= 1.5x"),
     ("... + shuffle(1000).batched(64)", bench_read.shuffled_batches, "jpeg", True, ">= 1.8x"),
-    ("WebLoader(num_workers=2), end to end", bench_read.loader, "jpeg", True, ">= 2.5x"),
 )
 
 
@@ -132,8 +131,18 @@ def formats_section() -> list[Row]:
     return formats_table()
 
 
+def loader_section(repeats: int) -> list[Row]:
+    """WebLoader pipelines: wdsx, webdataset and the bound (the decoder alone) in one run."""
+    from benchmarks.bench_gil import gil_rows
+    from benchmarks.bench_loader import loader_rows
+    from benchmarks.bench_scaled import scaled_rows
+
+    return loader_rows(repeats) + scaled_rows() + gil_rows()
+
+
 SECTIONS = {
     "read": read_section,
+    "loader": loader_section,
     "resume": resume_section,
     "s3": s3_section,
     "convert": convert_section,
@@ -157,7 +166,7 @@ def main() -> None:
     for name in args.only.split(","):
         section = SECTIONS[name]
         print(f"# running {name} benchmarks...", file=sys.stderr, flush=True)
-        rows.extend(section(args.repeats) if name == "read" else section())
+        rows.extend(section(args.repeats) if name in ("read", "loader") else section())
     table = render(rows)
     print(table)
     os.makedirs(data.ROOT, exist_ok=True)

@@ -992,7 +992,11 @@ case(
     import webdataset as wds
 
     dataset = wds.WebDataset(DATA["urls"], shardshuffle=False).map(lambda s: s["__key__"])
-    result = sorted(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=4))
+    batches = iter(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=4))
+    try:
+        result = sorted(batches)
+    finally:  # when a worker raises, stop the others now, not when the garbage is collected
+        batches._shutdown_workers()
     """,
     differs="with fewer shards than workers, idle wdsx workers finish; webdataset raises 'No samples found'",
     check=idle_workers_finish,

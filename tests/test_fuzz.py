@@ -14,6 +14,7 @@ from tests.fuzz.corpus import Base
 INPUTS = 2500
 
 
+@pytest.mark.slow  # thousands of mutated shards
 @pytest.mark.timeout(300)
 def test_a_seeded_fuzz_run_finds_no_failure():
     summary = campaign.run_campaign(seed=7, count=INPUTS, workers=1, timeout=5.0, memory_mb=512)
@@ -37,6 +38,7 @@ def truncated_everywhere(base: Base) -> list[str]:
     return classes
 
 
+@pytest.mark.slow  # a shard cut at every offset
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("compression", [None, "gzip"])
 def test_truncation_at_every_offset_is_an_error_unless_only_padding_is_lost(compression):

@@ -215,3 +215,23 @@ def test_elastic_resume_of_a_run_that_counted_by_scanning(tmp_path, monkeypatch)
     resumed = loader()
     resumed.load_state_dict({"format": "wdsx-global-state", "version": 1, "ranks": states})
     assert Counter(consumed + keys(resumed)) == Counter(data.keys)
+
+
+def test_a_loader_dropped_mid_epoch_lets_its_workers_go_at_once(uneven_shards):
+    """Freed by the garbage collector (a loader and its pipeline form reference cycles), the
+    workers must still be told the epoch ended: otherwise each takes torch's 5 s status
+    interval to notice. The bound leaves a wide margin over the ~0.1 s this takes."""
+    import gc
+    import multiprocessing
+    import time
+
+    dataset = wdsx.WebDataset(uneven_shards.urls, manifest=False).shuffle(50).to_tuple("__key__").batched(7)
+    pipeline = wdsx.WebLoader(dataset, batch_size=None, num_workers=2).unbatched().shuffle(20).batched(5)
+    iterator = iter(pipeline)
+    next(iterator)
+    assert len(multiprocessing.active_children()) >= 2
+    started = time.monotonic()
+    del iterator, pipeline
+    gc.collect()
+    assert time.monotonic() - started < 4.0
+    assert multiprocessing.active_children() == []

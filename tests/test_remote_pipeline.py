@@ -13,6 +13,8 @@ from tests.fixtures.shards import make_shards
 from wdsx.read.samples import POSITION
 from wdsx.state.position import unpack_positions
 
+pytestmark = pytest.mark.slow  # a real S3 server and a connection-cutting proxy
+
 
 def local_samples(urls: list[str]) -> list[dict]:
     return [strip(s) for s in wdsx.WebDataset(urls, manifest=False)]

@@ -17,6 +17,8 @@ from tests.fixtures.stores import azure_store
 from wdsx.errors import SourceError
 from wdsx.sources import SourceOptions, list_shards, open_source
 
+pytestmark = pytest.mark.slow  # Azurite
+
 
 @pytest.fixture(scope="module")
 def container(azure_server):

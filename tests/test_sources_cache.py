@@ -14,6 +14,8 @@ from wdsx.errors import SourceError
 from wdsx.sources import SourceOptions, open_source
 from wdsx.sources.cache import PART, cache_path
 
+pytestmark = pytest.mark.slow  # a real S3 server
+
 MiB = 1 << 20
 DATA = random_bytes(3 * MiB + 5, seed=41)
 FORK = multiprocessing.get_context("fork")

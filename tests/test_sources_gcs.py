@@ -14,6 +14,8 @@ from wdsx.errors import SourceError
 from wdsx.sources import SourceOptions, list_shards, open_source
 from wdsx.sources.gcs import GCSSink
 
+pytestmark = pytest.mark.slow  # a GCS emulator
+
 
 @pytest.fixture(scope="module")
 def bucket(gcs_server):

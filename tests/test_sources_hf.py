@@ -15,6 +15,8 @@ from wdsx.errors import SourceError
 from wdsx.sources import SourceOptions, list_shards, open_source
 from wdsx.sources.hf import split_hf_url
 
+pytestmark = pytest.mark.slow  # a local Hub server
+
 DATA = random_bytes(300_001, seed=51)
 
 

@@ -8,6 +8,8 @@ import pytest
 
 from wdsx.sources import list_shards
 
+pytestmark = pytest.mark.slow  # a real S3 server
+
 KEYS = [
     "data/train-000.tar",
     "data/train-001.tar",

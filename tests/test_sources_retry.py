@@ -18,6 +18,8 @@ from tests.fixtures.stores import Store, azure_store, gcs_store, hub_store
 from wdsx.errors import SourceError
 from wdsx.sources import SourceOptions, open_source
 
+pytestmark = pytest.mark.slow  # real storage servers behind a connection-cutting proxy
+
 MiB = 1 << 20
 CUT_RANGE = (256 << 10, 1536 << 10)
 """Server-to-client bytes after which the proxy cuts a connection: a few cuts per 4 MiB shard."""

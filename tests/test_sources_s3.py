@@ -12,6 +12,8 @@ from wdsx.errors import SourceError
 from wdsx.sources import SourceOptions, open_sink, open_source
 from wdsx.sources.s3 import S3Sink
 
+pytestmark = pytest.mark.slow  # a real S3 server (SeaweedFS)
+
 MiB = 1 << 20
 
 

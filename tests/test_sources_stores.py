@@ -26,6 +26,8 @@ from wdsx.read.samples import POSITION
 from wdsx.sources import list_shards, open_sink, open_source
 from wdsx.write.convert import ConvertSettings, convert
 
+pytestmark = pytest.mark.slow  # real storage emulators (GCS, Azurite, a Hub server)
+
 MiB = 1 << 20
 COUNTS = [30, 12, 25, 7, 30, 19, 22, 11]
 WRITER = """

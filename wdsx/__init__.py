@@ -42,6 +42,7 @@ from wdsx.codecs.decode import (
 from wdsx.codecs.encoders import numpy_dumps, torch_dumps
 from wdsx.core.errors import (
     DecodingError,
+    NoSamplesError,
     NotResumableError,
     ShardError,
     SourceError,
@@ -77,6 +78,7 @@ from wdsx.stages.custom import PipelineStage
 from wdsx.stages.plain import repeatedly
 from wdsx.stages.reading import tarfile_samples, tarfile_to_samples
 from wdsx.stages.resampling import resampled
+from wdsx.stages.resized import decode_resized
 from wdsx.stages.shardlists import (
     ResampledShardList,
     ResampledShards,

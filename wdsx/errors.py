@@ -2,6 +2,7 @@
 
 from wdsx.core.errors import (
     DecodingError,
+    NoSamplesError,
     NotResumableError,
     ShardError,
     SourceError,
@@ -17,6 +18,7 @@ from wdsx.core.errors import (
 
 __all__ = [
     "DecodingError",
+    "NoSamplesError",
     "NotResumableError",
     "ShardError",
     "SourceError",

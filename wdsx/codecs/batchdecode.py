@@ -11,8 +11,10 @@ decoding one by one and stacking, value for value.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
-from typing import Any
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -56,7 +58,7 @@ class _Deferring(ResolvedHandler):
         return lambda data: Deferred(data, decode, decode_into)
 
 
-def defers(handler: Any) -> bool:
+def defers(handler: Any) -> TypeGuard[ImageHandler]:
     """Whether ``handler``'s results can be decoded into a batch (arrays or tensors, not PIL)."""
     return isinstance(handler, ImageHandler) and handler.atype != "pil"
 
@@ -70,10 +72,28 @@ def deferring(decoder: Decoder) -> Decoder:
     return result
 
 
-def stack(column: Sequence[Deferred], allocate: Allocate) -> Any:
+class Threads:
+    """``count`` decoding threads: one pool per process and count, made on first use."""
+
+    _pools: dict[tuple[int, int], ThreadPoolExecutor] = {}
+
+    def __init__(self, count: int):
+        self.count = count
+
+    def map(self, fn: Callable[..., bool], *iterables: Sequence[int]) -> Iterator[bool]:
+        key = (os.getpid(), self.count)
+        pool = self._pools.get(key)
+        if pool is None:
+            pool = self._pools[key] = ThreadPoolExecutor(self.count, thread_name_prefix="wdsx-decode")
+        return pool.map(fn, *iterables)
+
+
+def stack(column: Sequence[Deferred], allocate: Allocate, threads: Threads | None = None) -> Any:
     """The column's images decoded into one batch array (a tensor when the decoder makes
     tensors), allocated with ``allocate``; None when they do not share one shape and type
-    (collating them one by one then raises what it raises)."""
+    (collating them one by one then raises what it raises). With ``threads``, the images
+    after the first are decoded on its threads, a contiguous share each (simplejpeg and
+    Pillow release the GIL while they decode)."""
     first = column[0].value()
     is_tensor = not isinstance(first, np.ndarray)
     head = first.numpy() if is_tensor else first
@@ -81,14 +101,26 @@ def stack(column: Sequence[Deferred], allocate: Allocate) -> Any:
         return None
     out = allocate((len(column), *head.shape), head.dtype)
     out[0] = head
-    for slot, field in zip(out[1:], column[1:]):
-        if field.decode_into is not None and field.decode_into(field.data, slot):
-            continue
-        value = field.value()
-        array = value.numpy() if is_tensor else value
-        if not isinstance(array, np.ndarray) or array.shape != head.shape or array.dtype != head.dtype:
-            return None
-        slot[...] = array
+
+    def fill(start: int, stop: int) -> bool:
+        for slot, field in zip(out[start:stop], column[start:stop]):
+            if field.decode_into is not None and field.decode_into(field.data, slot):
+                continue
+            value = field.value()
+            array = value.numpy() if is_tensor else value
+            if not isinstance(array, np.ndarray) or array.shape != head.shape or array.dtype != head.dtype:
+                return False
+            slot[...] = array
+        return True
+
+    if threads is None:
+        filled = fill(1, len(column))
+    else:
+        shares = max(1, min(len(column) - 1, threads.count))
+        bounds = [1 + (len(column) - 1) * k // shares for k in range(shares + 1)]
+        filled = all(threads.map(fill, bounds[:-1], bounds[1:]))
+    if not filled:
+        return None
     if is_tensor:
         import torch
 

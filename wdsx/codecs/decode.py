@@ -233,7 +233,8 @@ class ImageHandler(ResolvedHandler):
         with io.BytesIO(data) as stream:
             image = PIL.Image.open(stream)
             image.load()
-            image = image.convert(self.mode.upper())
+            if image.mode != self.mode.upper():  # a converted copy only where it differs
+                image = image.convert(self.mode.upper())
         if self.atype == "pil":
             return image
         return self._finish(np.asarray(image))

@@ -29,6 +29,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="another dataset to mix with the first (repeatable); prints each one's share",
     )
     parser.add_argument("--weights", default=None, help="mixing weights, comma-separated (default: equal)")
+    parser.add_argument(
+        "--profile", action="store_true", help="print where the time went: each stage, transport, trainer"
+    )
     parser.set_defaults(run=run)
 
 
@@ -61,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         sources = [dataset] + [_source([p], args, n) for n, p in enumerate(args.mix_with, 1)]
         dataset = Mix(sources, weights, stop="all")
     dataset = dataset.shuffle(args.shuffle).batched(args.batch_size, collation_fn=_batch_bytes)
-    loader = WebLoader(dataset, batch_size=None, num_workers=args.workers)
+    loader = WebLoader(dataset, batch_size=None, num_workers=args.workers, profile=args.profile)
     samples = payload = 0
     shares = [0] * (1 + len(args.mix_with))
     steps: list[float] = []
@@ -93,4 +96,6 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"step time: mean {1000 * mean:.2f} ms, variance {1e6 * variance:.2f} ms^2, stdev {stdev:.2f} ms"
         )
+    if args.profile:
+        print(loader.stats())
     return 0

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import time
 import weakref
 from collections.abc import Callable
 from multiprocessing.reduction import DupFd
@@ -43,6 +44,12 @@ class _Segment:
         del start
         self.pinned = 0
         """Arrays over this segment still alive in the worker (:mod:`wdsx.loader.arena`)."""
+        self.token = os.urandom(8)
+        """Names the segment to a main process that keeps it mapped (see :class:`SharedBatch`)."""
+        self.kept = False
+        """Whether a pool keeps it for reuse (only those are kept mapped by the main process)."""
+        self.announced = False
+        """Whether its file descriptor has been sent to the main process."""
         weakref.finalize(self, _close, self.fd, self.map)
 
     @property
@@ -70,6 +77,8 @@ class SegmentPool:
     def __init__(self, capacity: int = POOL_SIZE):
         self.capacity = capacity
         self.segments: list[_Segment] = []
+        self.dropped: list[bytes] = []
+        """Tokens of segments the main process keeps mapped that this pool has let go."""
 
     def take(self, size: int) -> _Segment:
         chosen = None
@@ -80,12 +89,20 @@ class SegmentPool:
                 chosen = segment
             elif not segment.fits(size):
                 self.segments.remove(segment)
+                if segment.announced:
+                    self.dropped.append(segment.token)
         if chosen is None:
             chosen = _Segment(size)
             if len(self.segments) < self.capacity:
+                chosen.kept = True
                 self.segments.append(chosen)
         chosen.map[0] = 1
         return chosen
+
+    def forgotten(self) -> list[bytes]:
+        """The tokens of :attr:`dropped`, emptied, to send with the next batch."""
+        dropped, self.dropped = self.dropped, []
+        return dropped
 
 
 Place = tuple[int, int, tuple[int, ...], Any, bytes | None]
@@ -95,18 +112,41 @@ Place = tuple[int, int, tuple[int, ...], Any, bytes | None]
 
 class SharedBatch:
     """A batch whose tensors are in segments: copied into one, or built in one from the start
-    (:mod:`wdsx.loader.arena`). It pickles as the segments' file descriptors plus the tensors'
-    places, and unpickles as the original structure of tensors."""
+    (:mod:`wdsx.loader.arena`). It pickles as the segments plus the tensors' places, and
+    unpickles as the original structure of tensors.
 
-    def __init__(self, structure: Any, layout: list[Place], segments: list[_Segment]):
+    Passing a file descriptor to another process takes a round trip through a socket (and a
+    thread of the worker). Within a ``session`` (one DataLoader pass) the main process keeps
+    the segments a worker's pool keeps mapped, so a segment's descriptor travels once, with
+    the first batch in it; later batches name it by its token, and the main process finds its
+    pages already mapped. The worker says when its pool lets a segment go; the session ends
+    with the pass (:func:`close_session`)."""
+
+    def __init__(
+        self,
+        structure: Any,
+        layout: list[Place],
+        segments: list[_Segment],
+        session: str | None = None,
+        forgotten: list[bytes] | None = None,
+    ):
         self.structure = structure
         self.layout = layout
         self.segments = segments
+        self.session = session
+        self.forgotten = forgotten or []
 
     def __reduce__(self) -> tuple:
-        descriptors = [DupFd(segment.fd) for segment in self.segments]
-        totals = [HEADER + segment.size for segment in self.segments]
-        return _receive, (self.structure, self.layout, descriptors, totals)
+        parts: list[tuple[bytes | None, Any, int]] = []
+        for segment in self.segments:
+            keep = self.session is not None and segment.kept
+            total = HEADER + segment.size
+            if keep and segment.announced:
+                parts.append((segment.token, None, total))
+                continue
+            parts.append((segment.token if keep else None, DupFd(segment.fd), total))
+            segment.announced = keep
+        return _receive, (self.structure, self.layout, parts, self.session, self.forgotten)
 
 
 class _Slot:
@@ -148,11 +188,12 @@ Claim = Callable[[Any], "tuple[_Segment, int] | None"]
 """Finds the segment (and offset) a tensor was built in, if it was (an arena's ``claim``)."""
 
 
-def pack(batch: Any, pool: SegmentPool, claim: Claim | None = None) -> Any:
+def pack(batch: Any, pool: SegmentPool, claim: Claim | None = None, session: str | None = None) -> Any:
     """The batch ready to send to the main process: tensors built in a segment (``claim``
     finds them) travel in it as they are, the other plain CPU tensors are copied into one
     recycled segment (or, when they are small and others travel in segments, sent by value),
-    and a batch that holds too little to gain goes unchanged."""
+    and a batch that holds too little to gain goes unchanged. ``session``: see
+    :class:`SharedBatch`."""
     import torch
 
     tensors: list = []
@@ -189,7 +230,7 @@ def pack(batch: Any, pool: SegmentPool, claim: Claim | None = None) -> Any:
         if segment not in segments:
             segments.append(segment)
         layout.append((segments.index(segment), at, shape, tensor.dtype, None))
-    return SharedBatch(structure, layout, segments)
+    return SharedBatch(structure, layout, segments, session, pool.forgotten() if session else None)
 
 
 def _tensor_bytes(tensor: Any) -> bytes:
@@ -220,17 +261,38 @@ class _Lease:
             self.map[0] = 0
 
 
-def _receive(structure: Any, layout: list[Place], descriptors: list, totals: list[int]) -> Any:
-    """Unpickling a SharedBatch: map its segments and rebuild the batch over them."""
+_sessions: dict[str, dict[bytes, mmap.mmap]] = {}
+"""In the main process: per session, the segments kept mapped, by token."""
+
+
+def close_session(session: str) -> None:
+    """Forget the segments of a session (its tensors still in use keep their pages)."""
+    _sessions.pop(session, None)
+
+
+def _receive(structure: Any, layout: list[Place], parts: list, session: str | None, forgotten: list) -> Any:
+    """Unpickling a SharedBatch: map its segments (or find them mapped) and rebuild the batch
+    over them."""
     import torch
 
+    kept = _sessions.setdefault(session, {}) if session is not None else {}
+    for token in forgotten:
+        kept.pop(token, None)
     maps = []
-    for descriptor, total in zip(descriptors, totals):
+    for token, descriptor, total in parts:
+        if descriptor is None:
+            if token not in kept:
+                raise RuntimeError("a batch names a shared-memory segment this process was never sent")
+            maps.append(kept[token])
+            continue
         fd = descriptor.detach()
         try:
-            maps.append(mmap.mmap(fd, total))
+            segment_map = mmap.mmap(fd, total)
         finally:
             os.close(fd)
+        if token is not None:
+            kept[token] = segment_map
+        maps.append(segment_map)
     leases = [_Lease(segment_map, 0) for segment_map in maps]
     for number, *_ in layout:
         if number >= 0:
@@ -255,15 +317,28 @@ class PackingCollate:
     """A DataLoader ``collate_fn`` that collates as given, then, inside a worker process,
     packs the batch for the trip to the main process."""
 
-    def __init__(self, collate: Any, memory: Callable[[], tuple[SegmentPool, Claim]] | None = None):
+    def __init__(
+        self,
+        collate: Any,
+        memory: Callable[[], tuple[SegmentPool, Claim]] | None = None,
+        session: str | None = None,
+    ):
         self.collate = collate
+        self.session = session
+        """The DataLoader pass whose main process keeps segments mapped (:class:`SharedBatch`)."""
         self.memory = memory
         """Gives the worker's segment pool and the claim of its arena (:mod:`wdsx.loader.arena`),
         when batches may be built in shared memory; else the collate keeps a pool of its own."""
         self.pool: SegmentPool | None = None
+        self.seconds = 0.0
+        """Time spent packing batches, for the loader's statistics."""
 
     def __call__(self, batch: Any) -> Any:
-        return self.send(self.collate(batch))
+        output = self.collate(batch)
+        began = time.perf_counter()
+        packed = self.send(output)
+        self.seconds += time.perf_counter() - began
+        return packed
 
     def send(self, output: Any) -> Any:
         from torch.utils.data import get_worker_info
@@ -272,7 +347,7 @@ class PackingCollate:
             return output
         if self.memory is not None:
             pool, claim = self.memory()
-            return pack(output, pool, claim)
+            return pack(output, pool, claim, self.session)
         if self.pool is None:
             self.pool = SegmentPool()
         return pack(output, self.pool)

@@ -17,7 +17,9 @@ from __future__ import annotations
 import copy
 import inspect
 import logging
+import os
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +28,7 @@ from wdsx.core import topology as distributed
 from wdsx.core.errors import StateError
 from wdsx.core.sampleseed import epoch_seed, stamp
 from wdsx.loader import arena, transport
+from wdsx.loader.profile import Clock, LoaderStats, LoaderWatch, WorkerSide
 from wdsx.pipeline import redeal
 from wdsx.pipeline.datapipeline import DataPipeline, register_with_torch
 from wdsx.pipeline.mixing import Mix
@@ -53,8 +56,11 @@ class _WorkerStream:
         workers: int,
         consumers: list[int],
         starts: list[JsonDict | None],
+        watch: LoaderWatch,
     ):
         self.dataset = dataset
+        self.watch = watch
+        self.side: WorkerSide | None = None
         self.epoch = epoch
         self.world = world
         self.workers = workers
@@ -81,13 +87,22 @@ class _WorkerStream:
         start = self.starts[self.slot]
         self.finished = bool(start and start.get("finished"))
         if self.finished:
+            if self.slot == 0:
+                self.watch.worker(dataset, 0, info is None).close()
             return
         if start is not None:
             dataset.load_state_dict(start)
         else:
             dataset.set_epoch(self.epoch)
-        for item in dataset:
-            yield item, dataset.current_position() if self.resumable else None, self
+        dataset.decode_threads = self.watch.decode_threads
+        side = self.side = self.watch.worker(dataset, self.slot, info is None)
+        try:
+            for item in dataset:
+                side.produced += 1
+                yield item, dataset.current_position() if self.resumable else None, self
+                side.out()
+        finally:
+            side.close()
         self.finished = True
 
     def state(self) -> JsonDict | None:
@@ -110,6 +125,8 @@ class _CollateWithState:
         self.auto_batched = auto_batched
 
     def __call__(self, batch: Any) -> tuple:
+        began = time.perf_counter()
+        packing = getattr(self.collate, "seconds", 0.0)
         if self.auto_batched:
             output = self.collate([item for item, _, _ in batch])
             positions = [position for _, position, _ in batch]
@@ -117,7 +134,11 @@ class _CollateWithState:
         else:
             item, positions, stream = batch
             output = self.collate(item)
-        return output, stream.slot, stream.state(), positions
+        packed = getattr(self.collate, "seconds", 0.0) - packing
+        side = stream.side
+        assert side is not None, "collating items of a stream that is iterating"
+        report = side.report(time.perf_counter() - began - packed, packed)
+        return output, stream.slot, stream.state(), positions, report
 
 
 @dataclass
@@ -198,10 +219,13 @@ class LoaderProgress:
 class LoaderFactory:
     """What a WebLoader makes a DataLoader from: the dataset and the DataLoader's arguments."""
 
-    def __init__(self, dataset: Any, loader_kwargs: dict[str, Any], reuse_shared_memory: bool):
+    def __init__(
+        self, dataset: Any, loader_kwargs: dict[str, Any], reuse_shared_memory: bool, watch: LoaderWatch
+    ):
         self.dataset = dataset
         self.loader_kwargs = loader_kwargs
         self.reuse_shared_memory = reuse_shared_memory
+        self.watch = watch
 
     @property
     def slots(self) -> int:
@@ -227,15 +251,17 @@ class LoaderFactory:
             return (collate or default_collate)([item])
         return (collate or default_convert)(item)
 
-    def make(self, dataset: Any, plain: bool = False) -> Any:
-        """A DataLoader over ``dataset``; unless ``plain``, its batches carry worker states."""
+    def make(self, dataset: Any, plain: bool = False, session: str | None = None) -> Any:
+        """A DataLoader over ``dataset``; unless ``plain``, its batches carry worker states.
+        ``session``: names the pass, whose shared-memory segments stay mapped in this process
+        until :func:`transport.close_session`."""
         from torch.utils.data import DataLoader, IterableDataset, default_collate, default_convert
 
         IterableDataset.register(_WorkerStream)
         kwargs = dict(self.loader_kwargs)
         collate = kwargs.get("collate_fn") or (default_collate if self.auto_batched else default_convert)
         if self.reuse_shared_memory:
-            collate = transport.PackingCollate(collate, arena.worker_memory)
+            collate = transport.PackingCollate(collate, arena.worker_memory, session)
             kwargs["worker_init_fn"] = arena.InitWorker(kwargs.get("worker_init_fn"))
         if not plain:
             collate = _CollateWithState(collate, self.auto_batched)
@@ -316,9 +342,16 @@ class LoaderSource(Stage):
     def _batches(self, run: Run, progress: LoaderProgress) -> Iterator:
         if progress.complete:
             return
+        session = os.urandom(8).hex()
+        try:
+            yield from self._session(run, progress, session)
+        finally:
+            transport.close_session(session)
+
+    def _session(self, run: Run, progress: LoaderProgress, session: str) -> Iterator:
         factory = self.factory
         if not isinstance(factory.dataset, DataPipeline):
-            yield from factory.make(factory.dataset, plain=True)
+            yield from _running(factory.make(factory.dataset, plain=True, session=session))
             return
         stream = _WorkerStream(
             factory.dataset,
@@ -327,11 +360,21 @@ class LoaderSource(Stage):
             progress.workers,
             progress.consumers,
             progress.states,
+            factory.watch,
         )
-        for output, slot, state, positions in factory.make(stream):
+        watch, stats = factory.watch, factory.watch.stats
+        kwargs = factory.loader_kwargs
+        watch.open(kwargs.get("multiprocessing_context"), kwargs.get("num_workers", 0))
+        clock = Clock(stats)
+        for output, slot, state, positions, report in _running(factory.make(stream, session=session)):
+            clock.received()
+            stats.add(report)
+            watch.collect()
             progress.received(slot, state)
             run.position = positions
             yield output
+            clock.resumed()
+        watch.collect()
         progress.complete = True
 
     def read_positions(self, positions: Sequence[Position]) -> list[Any]:
@@ -344,6 +387,28 @@ class LoaderSource(Stage):
             stamp(samples, self.reread_seed)
         items = replay(samples, stages[index + 1 :])
         return [self.factory.collate_one(item) for item in items]
+
+
+_RUNNING: dict[int, Any] = {}
+"""The DataLoader iterators of epochs in progress. A pipeline dropped mid-epoch is freed by the
+garbage collector, which runs the finalisers of the worker queues' helper threads before it
+closes the pipeline's generators; the workers would then never hear that the epoch ended and
+each would take torch's 5 s status interval to exit. Referenced from here, the iterator and its
+queues stay intact until the generator that runs it shuts its workers down."""
+
+
+def _running(dataloader: Any) -> Iterator:
+    """The batches of ``dataloader``; its workers are shut down when this generator ends,
+    however it ends."""
+    batches = iter(dataloader)
+    _RUNNING[id(batches)] = batches
+    try:
+        yield from batches
+    finally:
+        del _RUNNING[id(batches)]
+        shut_down = getattr(batches, "_shutdown_workers", None)
+        if shut_down is not None:
+            shut_down()
 
 
 def _upgrade_worker(dataset: DataPipeline, state: JsonDict) -> JsonDict:
@@ -361,14 +426,31 @@ class WebLoader(DataPipeline):
     Workers send batches through shared memory that they reuse once the main process has
     freed a batch (:mod:`wdsx.loader.transport`), instead of new shared memory for every tensor;
     ``reuse_shared_memory=False`` restores PyTorch's way.
+
+    ``loader.stats()`` says where the time goes (:mod:`wdsx.loader.profile`); ``profile=True``
+    adds each stage's time in the workers. A worker that produces nothing for
+    ``stall_timeout`` seconds is reported with the shard and byte offset its reader is at
+    (:mod:`wdsx.loader.watchdog`); None turns the watchdog off. ``decode_threads``: threads
+    per worker that decode each batch's images where they are decoded straight into the batch
+    (both simplejpeg and Pillow release the GIL while decoding).
     """
 
-    def __init__(self, dataset: Any, *args: Any, reuse_shared_memory: bool = True, **kwargs: Any):
+    def __init__(
+        self,
+        dataset: Any,
+        *args: Any,
+        reuse_shared_memory: bool = True,
+        profile: bool = False,
+        stall_timeout: float | None = 300.0,
+        decode_threads: int = 1,
+        **kwargs: Any,
+    ):
         from torch.utils.data import DataLoader
 
         bound = inspect.signature(DataLoader).bind(dataset, *args, **kwargs)
         loader_kwargs = {k: v for k, v in bound.arguments.items() if k != "dataset"}
-        self.factory = LoaderFactory(dataset, loader_kwargs, reuse_shared_memory)
+        watch = LoaderWatch(profile, stall_timeout, decode_threads)
+        self.factory = LoaderFactory(dataset, loader_kwargs, reuse_shared_memory, watch)
         super().__init__(LoaderSource(self.factory))
         register_with_torch()
 
@@ -380,6 +462,15 @@ class WebLoader(DataPipeline):
     def slots(self) -> int:
         """Number of reading streams in this process: the DataLoader workers, or 1."""
         return self.factory.slots
+
+    def stats(self, reset: bool = False) -> LoaderStats:
+        """Where this loader's time went since it was made (or last reset): per stage in the
+        workers with ``profile=True``, collating, transport, and in the main process, waiting
+        for data versus the trainer's turn. ``print()`` it for a table."""
+        stats = copy.deepcopy(self.factory.watch.stats)
+        if reset:
+            self.factory.watch.stats.reset()
+        return stats
 
     def __iter__(self) -> Iterator:
         dataset = self.dataset

@@ -22,6 +22,7 @@ from wdsx.core.env import seed_from_environment
 from wdsx.core.errors import NotResumableError, StateError
 from wdsx.pipeline.fluid import FluidInterface
 from wdsx.stages.base import Count, Run, Stage, as_stage, source_index, stage_keys
+from wdsx.stages.observe import StageObserver
 from wdsx.stages.plan import execution_stages
 from wdsx.state.checkpoint import FORMAT as STATE_FORMAT
 from wdsx.state.checkpoint import VERSION, JsonDict, PipelineState, check_format, fingerprint_differences
@@ -90,13 +91,18 @@ class _Stream:
         restore = self.start
         while self.passes > 0:
             self.started = True
-            stages = execution_stages(pipeline.pipeline)  # the same items, less work
+            stages = execution_stages(pipeline.pipeline, pipeline.decode_threads)  # same items, less work
             run = Run(stages, self.epoch, pipeline.seed, self.topology, restore, self.table)
             self.run = run
             pipeline._next_epoch = self.epoch + 1
             chain: Iterator = iter(())
+            observer = pipeline.observer
+            if observer is not None:
+                observer.start(stages)
             for index, stage in enumerate(stages):
                 chain = stage.apply(chain, run, index)
+                if observer is not None:
+                    chain = observer.wrap(chain, run, index)
             base = self.yielded if restore else 0
             self.counter = itertools.count(base)
             first = next(chain, _NOTHING)
@@ -133,6 +139,14 @@ class DataPipeline(FluidInterface):
         seed: seed for every random choice (shard order, shuffle buffers). Defaults to
             ``WDS_SEED`` or 0, so that every rank and every restart agrees.
     """
+
+    observer: StageObserver | None = None
+    """Watches the stages run (per-stage time, the reader's position): set by ``wdsx bench
+    --profile`` and by WebLoader workers (:mod:`wdsx.stages.observe`)."""
+
+    decode_threads: int = 1
+    """Threads that decode each batch's images, where decoding goes straight into batches
+    (:mod:`wdsx.stages.plan`); WebLoader's ``decode_threads`` sets it in its workers."""
 
     def __init__(self, *stages: Any, seed: int | None = None):
         self.pipeline: list[Stage] = []

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from wdsx.core.errors import Handler, reraise_exception
-from wdsx.stages import batch, caching, shuffle
+from wdsx.stages import batch, caching, resized, shuffle
 from wdsx.stages import transforms as stages
 
 F = TypeVar("F", bound="FluidInterface")
@@ -74,6 +74,11 @@ class FluidInterface:
         return self.compose(
             stages.decode(*args, pre=pre, post=post, only=only, partial=partial, handler=handler)
         )
+
+    def decode_resized(self, size: int | tuple[int, int], **kw: Any) -> Any:
+        """Decode with image fields as ``size`` crops, decoded at a reduced JPEG scale where
+        that gives enough pixels (:func:`wdsx.stages.resized.decode_resized`)."""
+        return self.compose(resized.decode_resized(size, **kw))
 
     def map_dict(self, handler: Handler = reraise_exception, **kw: Callable) -> Any:
         return self.compose(stages.map_dict(handler=handler, **kw))

@@ -31,6 +31,7 @@ import numpy as np
 
 from wdsx.core.compression import uncompressed
 from wdsx.core.errors import ShardError
+from wdsx.core.redact import redact
 from wdsx.read import formats
 from wdsx.read.jsonl import line_offsets
 from wdsx.read.manifest import read_if_present
@@ -45,7 +46,10 @@ SUFFIX = ".idx"
 
 
 def index_url(url: str) -> str:
-    """Where the offset index of the shard at ``url`` lives: beside it, ``<shard>.idx``."""
+    """Where the offset index of the shard at ``url`` lives: beside it, ``<shard>.idx``. A
+    ``pipe:`` shard has none: appending to its command would run a command nobody wrote."""
+    if url.startswith("pipe:"):
+        raise ValueError(f"{redact(url)}: a pipe: shard has no offset index beside it")
     return url + SUFFIX
 
 

@@ -187,8 +187,10 @@ def _read_tar(
         )
         ended: list[int] = []
         failure: list[Exception] | None = None if settings.handler is reraise_exception else []
+        watched = failure is not None or count is not None or stream.decompressed is not None
         samples = group_members(
-            _watched(parsed, ended, failure, stream.decompressed),
+            # the watcher costs a generator step per member: only when something needs it
+            _watched(parsed, ended, failure, stream.decompressed) if watched else parsed,
             url,
             cursor,
             stop=stop,

@@ -21,7 +21,6 @@ from typing import Any
 
 from wdsx.codecs import batchdecode
 from wdsx.core import allocate
-from wdsx.stages.base import Count
 from wdsx.stages.batch import Batched, default_collation_fn
 from wdsx.stages.transforms import Transform
 
@@ -33,20 +32,16 @@ class _Undeferred(Exception):
 class DecodeBatched(Batched):
     """``decode`` followed by ``structural`` transforms and ``batched``, in one stage."""
 
-    def __init__(self, decode: Transform, between: Sequence[Transform], batched: Batched):
+    def __init__(self, decode: Transform, between: Sequence[Transform], batched: Batched, threads: int = 1):
         super().__init__(batched.batchsize, self._collate_samples, batched.partial)
+        self.threads = batchdecode.Threads(threads) if threads > 1 else None
         self.stages = [decode, *between]
         self.decoder = batchdecode.deferring(decode.fn)  # type: ignore[arg-type]
         self.picks = [stage.fn for stage in between]
-        self.label = batched.describe()
+        self.label = " + ".join(stage.describe() for stage in (*self.stages, batched))
 
     def describe(self) -> str:
         return self.label
-
-    def count_after(self, count: Count) -> Count | None:
-        for stage in self.stages:
-            count = stage.count_after(count)
-        return super().count_after(count)
 
     def _collate_samples(self, samples: list) -> Any:
         try:
@@ -68,17 +63,16 @@ class DecodeBatched(Batched):
         if isinstance(first, dict):
             if any(set(item) != set(first) for item in items):
                 raise _Undeferred("samples with different fields")
-            return {key: _column([item[key] for item in items]) for key in first}
-        return tuple(_column(list(column)) for column in zip(*items))
+            return {key: self._column([item[key] for item in items]) for key in first}
+        return tuple(self._column(list(column)) for column in zip(*items))
 
-
-def _column(values: list) -> Any:
-    """One column of the batch: images decoded into one array, anything else collated as
-    ``batched`` collates it."""
-    if all(isinstance(value, batchdecode.Deferred) for value in values):
-        stacked = batchdecode.stack(values, allocate.empty)
+    def _column(self, values: list) -> Any:
+        """One column of the batch: images decoded into one array, anything else collated as
+        ``batched`` collates it."""
+        if not all(isinstance(value, batchdecode.Deferred) for value in values):
+            values = [value.value() if isinstance(value, batchdecode.Deferred) else value for value in values]
+            return default_collation_fn([(value,) for value in values])[0]
+        stacked = batchdecode.stack(values, allocate.empty, self.threads)
         if stacked is None:
             raise _Undeferred("images of different shapes")
         return stacked
-    values = [value.value() if isinstance(value, batchdecode.Deferred) else value for value in values]
-    return default_collation_fn([(value,) for value in values])[0]

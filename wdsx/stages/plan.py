@@ -39,13 +39,14 @@ Placed = tuple[int, Stage]
 """A stage in the order it runs, with the index (slot) it runs at."""
 
 
-def execution_stages(stages: Sequence[Stage]) -> list[Stage]:
-    """The stages to run for ``stages`` (see the module's description)."""
+def execution_stages(stages: Sequence[Stage], decode_threads: int = 1) -> list[Stage]:
+    """The stages to run for ``stages`` (see the module's description); batches decode their
+    images on ``decode_threads`` threads."""
     start = source_index(stages)
     if start is None:
         return list(stages)
     order = _decode_after_shuffles(list(enumerate(stages)), start)
-    order = _decode_into_batches(order)
+    order = _decode_into_batches(order, decode_threads)
     return _slots(order, len(stages))
 
 
@@ -76,7 +77,7 @@ def _decode_after_shuffles(order: list[Placed], start: int) -> list[Placed]:
     return order
 
 
-def _decode_into_batches(order: list[Placed]) -> list[Placed]:
+def _decode_into_batches(order: list[Placed], threads: int) -> list[Placed]:
     position = 0
     while position < len(order):
         decode = order[position][1]
@@ -87,7 +88,7 @@ def _decode_into_batches(order: list[Placed]) -> list[Placed]:
             slot, batched = order[end]
             assert isinstance(decode, Transform) and isinstance(batched, Batched)
             between = [stage for _, stage in order[position + 1 : end] if isinstance(stage, Transform)]
-            order[position : end + 1] = [(slot, DecodeBatched(decode, between, batched))]
+            order[position : end + 1] = [(slot, DecodeBatched(decode, between, batched, threads))]
         position += 1
     return order
 
@@ -117,6 +118,9 @@ class _Passing(Stage):
     def apply(self, upstream: Iterator, run: Run, index: int) -> Iterator:
         return upstream
 
+    def describe(self) -> str:
+        return ""
+
 
 class _Then(Stage):
     """A stage followed by transforms moved to run right after it, at its index."""
@@ -134,3 +138,6 @@ class _Then(Stage):
         for stage in self.stages:
             item = stage.replay(item)
         return item
+
+    def describe(self) -> str:
+        return " + ".join(stage.describe() for stage in self.stages)

@@ -41,7 +41,11 @@ class Transform(Stage):
     decoding is left to the batch they end up in (:mod:`wdsx.stages.plan`)."""
 
     def __init__(
-        self, fn: Callable[[Any], Any], label: str, handler: Handler = reraise_exception, structural: bool = False
+        self,
+        fn: Callable[[Any], Any],
+        label: str,
+        handler: Handler = reraise_exception,
+        structural: bool = False,
     ):
         self.fn = fn
         self.label = label
