@@ -111,7 +111,7 @@ def msgpack_loads(data: bytes) -> Any:
 
 
 def cbor_loads(data: bytes) -> Any:
-    import cbor  # type: ignore[import-not-found]
+    import cbor
 
     return cbor.loads(data)
 
@@ -231,7 +231,7 @@ class ImageHandler(ResolvedHandler):
         import PIL.Image
 
         with io.BytesIO(data) as stream:
-            image = PIL.Image.open(stream)
+            image: PIL.Image.Image = PIL.Image.open(stream)
             image.load()
             if image.mode != self.mode.upper():  # a converted copy only where it differs
                 image = image.convert(self.mode.upper())
@@ -295,7 +295,7 @@ def torch_video(key: str, data: bytes) -> Any:
     """Decode video with torchvision (install it yourself; wdsx does not depend on it)."""
 
     def load(path: str) -> Any:
-        import torchvision.io  # type: ignore[import-not-found]
+        import torchvision.io
 
         return torchvision.io.read_video(path, pts_unit="sec")
 
@@ -306,7 +306,7 @@ def torch_audio(key: str, data: bytes) -> Any:
     """Decode audio with torchaudio (install it yourself; wdsx does not depend on it)."""
 
     def load(path: str) -> Any:
-        import torchaudio  # type: ignore[import-not-found]
+        import torchaudio
 
         return torchaudio.load(path)
 
@@ -367,8 +367,9 @@ class Decoder:
             plan = self._plans[key] = tuple(steps)
         return plan
 
-    def decode1(self, key: str, data: bytes) -> Any:
-        """Decode one field; ``key`` is its extension without the leading dot."""
+    def decode1(self, key: str, data: bytes | bytearray) -> Any:
+        """Decode one field (bytes, or a bytearray a reader handed over without copying);
+        ``key`` is its extension without the leading dot."""
         key = "." + key
         while True:
             for kind, handler in self._plan(key):
