@@ -128,7 +128,7 @@ class LoaderWatch:
 
     def open(self, context: Any, workers: int) -> None:
         """Before starting ``workers`` worker processes with multiprocessing ``context``."""
-        context = context or multiprocessing
+        context = multiprocessing.get_context(context) if isinstance(context, str | None) else context
         if self.stall_timeout and workers > 0 and self.channel is None:
             self.channel = context.SimpleQueue()
         self.first_out = context.Event() if workers > 1 else None
