@@ -15,9 +15,8 @@ from __future__ import annotations
 import json
 from typing import Any, BinaryIO
 
-from wdsx.sources import Sink, SourceOptions
-from wdsx.write.partial import open_shard_sink
-from wdsx.write.writer import ShardWriter, _AllOrNothing, _Output, compression_for
+from wdsx.sources import SourceOptions
+from wdsx.write.writer import ShardWriter, _FileWriter, compression_for
 
 
 def _zstd_compressor() -> Any:
@@ -28,7 +27,7 @@ def _zstd_compressor() -> Any:
     return zstandard.ZstdCompressor().compressobj()
 
 
-class JsonlWriter(_AllOrNothing):
+class JsonlWriter(_FileWriter):
     """Write JSON values, one per line, to one JSONL shard.
 
     ``fileobj`` is a URL or path (the shard appears only when :meth:`close` completes) or a
@@ -46,16 +45,9 @@ class JsonlWriter(_AllOrNothing):
             compress is None and isinstance(fileobj, str) and fileobj.endswith(".zst")
         )
         self._zstd = _zstd_compressor() if zstd else None
-        compression = None if zstd else compression_for(fileobj, compress)
-        self._sink: Sink | None = None
-        if isinstance(fileobj, str):
-            self._sink = open_shard_sink(fileobj, options)
-            self._out = _Output(self._sink.write, compression)
-        else:
-            self._out = _Output(fileobj.write, compression)
+        self._open(fileobj, None if zstd else compression_for(fileobj, compress), options)
         self.count = 0
         """Lines written."""
-        self.closed = False
 
     def write(self, value: Any) -> int:
         """Write ``value`` (anything ``json.dumps`` takes) as one line; returns the line's bytes."""
@@ -66,39 +58,8 @@ class JsonlWriter(_AllOrNothing):
         self.count += 1
         return len(line)
 
-    @property
-    def bytes_written(self) -> int:
-        """Bytes of the output file so far (compressed size when compressing)."""
-        return self._out.file_bytes
-
-    @property
-    def sha256(self) -> str:
-        """Hex SHA-256 of the output file's bytes so far; of the whole file after :meth:`close`."""
-        return self._out.sha256.hexdigest()
-
-    def close(self) -> None:
-        """Finish the file and, for a URL, make it appear under its name."""
-        if self.closed:
-            return
-        self.closed = True
-        try:
-            if self._zstd is not None:
-                self._out.add(self._zstd.flush())
-            self._out.finish()
-            if self._sink is not None:
-                self._sink.commit()
-        except BaseException:
-            if self._sink is not None:
-                self._sink.abort()
-            raise
-
-    def abort(self) -> None:
-        """Stop writing; for a URL, discard the file so nothing appears under its name."""
-        if self.closed:
-            return
-        self.closed = True
-        if self._sink is not None:
-            self._sink.abort()
+    def _trailer(self) -> bytes:
+        return self._zstd.flush() if self._zstd is not None else b""
 
 
 class JsonlShardWriter(ShardWriter):

@@ -167,7 +167,61 @@ class _AllOrNothing:
             self.abort()
 
 
-class TarWriter(_AllOrNothing):
+class _FileWriter(_AllOrNothing):
+    """One output file, written through :class:`_Output`: to a URL or path through a sink that
+    makes the file appear only when :meth:`close` completes, or to a writable stream (left open).
+    Subclasses say what ends the file (:meth:`_trailer`)."""
+
+    def _open(self, fileobj: str | BinaryIO, compression: str | None, options: SourceOptions | None) -> None:
+        self.url: str | None = None
+        self._sink: Sink | None = None
+        if isinstance(fileobj, str):
+            self.url = fileobj
+            self._sink = open_shard_sink(fileobj, options)
+            self._out = _Output(self._sink.write, compression)
+        else:
+            self._out = _Output(fileobj.write, compression)
+        self.closed = False
+
+    def _trailer(self) -> bytes:
+        """The bytes that end the file (after everything written)."""
+        return b""
+
+    @property
+    def bytes_written(self) -> int:
+        """Bytes of the output file so far (compressed size when compressing)."""
+        return self._out.file_bytes
+
+    @property
+    def sha256(self) -> str:
+        """Hex SHA-256 of the output file's bytes so far; of the whole file after :meth:`close`."""
+        return self._out.sha256.hexdigest()
+
+    def close(self) -> None:
+        """End the file and, for a URL, make it appear under its name."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self._out.add(self._trailer())
+            self._out.finish()
+            if self._sink is not None:
+                self._sink.commit()
+        except BaseException:
+            if self._sink is not None:
+                self._sink.abort()
+            raise
+
+    def abort(self) -> None:
+        """Stop writing; for a URL, discard the file so nothing appears under its name."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._sink is not None:
+            self._sink.abort()
+
+
+class TarWriter(_FileWriter):
     """Write samples (dicts with a ``__key__``) as members of one tar file.
 
     ``fileobj`` is a URL or path (opened with :func:`~wdsx.write.partial.open_shard_sink`: the
@@ -197,18 +251,9 @@ class TarWriter(_AllOrNothing):
         self._headers = HeaderMaker(
             mode=mode, mtime=0 if mtime is None else int(mtime), uname=user, gname=group
         )
-        compression = compression_for(fileobj, compress)
-        self.url: str | None = None
-        self._sink: Sink | None = None
-        if isinstance(fileobj, str):
-            self.url = fileobj
-            self._sink = open_shard_sink(fileobj, options)
-            self._out = _Output(self._sink.write, compression)
-        else:
-            self._out = _Output(fileobj.write, compression)
+        self._open(fileobj, compression_for(fileobj, compress), options)
         self.count = 0
         """Samples written."""
-        self.closed = False
         self._warned_dotted_key = False
 
     def write(self, obj: dict[str, Any]) -> int:
@@ -247,38 +292,8 @@ class TarWriter(_AllOrNothing):
                 key,
             )
 
-    @property
-    def bytes_written(self) -> int:
-        """Bytes of the output file so far (compressed size when compressing)."""
-        return self._out.file_bytes
-
-    @property
-    def sha256(self) -> str:
-        """Hex SHA-256 of the output file's bytes so far; of the whole file after :meth:`close`."""
-        return self._out.sha256.hexdigest()
-
-    def close(self) -> None:
-        """End the archive and, for a URL, make the file appear under its name."""
-        if self.closed:
-            return
-        self.closed = True
-        try:
-            self._out.add(end_of_archive(self._out.tar_bytes))
-            self._out.finish()
-            if self._sink is not None:
-                self._sink.commit()
-        except BaseException:
-            if self._sink is not None:
-                self._sink.abort()
-            raise
-
-    def abort(self) -> None:
-        """Stop writing; for a URL, discard the file so nothing appears under its name."""
-        if self.closed:
-            return
-        self.closed = True
-        if self._sink is not None:
-            self._sink.abort()
+    def _trailer(self) -> bytes:
+        return end_of_archive(self._out.tar_bytes)
 
 
 class ShardFile(Protocol):
