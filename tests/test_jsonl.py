@@ -17,12 +17,11 @@ from hypothesis import strategies as st
 
 import wdsx
 from tests.fixtures.records import make_jsonl_shards, read_jsonl, write_jsonl
+from tests.fixtures.trials import EPOCHS, resume_trial
 from wdsx.read.samples import Cursor
 from wdsx.read.shard import ReadSettings, read_piece
 from wdsx.sources import SourceOptions
 from wdsx.write.jsonl import JsonlShardWriter, JsonlWriter
-
-EPOCHS = 2
 
 
 @pytest.fixture(scope="module")
@@ -148,40 +147,15 @@ def build(urls, shardshuffle, bufsize, batch, workers, main_stages):
     return loader
 
 
-def run_epochs(loader, first_epoch=0, stop_after=None):
-    seen = []
-    for epoch in range(first_epoch, EPOCHS):
-        for batch in loader:
-            seen.append(list(batch[0]))
-            if stop_after is not None and len(seen) == stop_after:
-                return seen, epoch, json.loads(json.dumps(loader.state_dict()))
-    return seen, EPOCHS, None
-
-
-def resume_trial(urls, shardshuffle, bufsize, batch, workers, main_stages, cut):
-    args = (urls, shardshuffle, bufsize, batch, workers, main_stages)
-    full, _, _ = run_epochs(build(*args))
-    stop = max(1, int(cut * len(full)))
-    first = build(*args)
-    before, epoch, state = run_epochs(first, stop_after=stop)
-    if hasattr(first, "close"):
-        first.close()
-    second = build(*args)
-    second.load_state_dict(state)
-    after, _, _ = run_epochs(second, first_epoch=epoch)
-    assert before + after == full
-    return full
-
-
 @pytest.mark.parametrize("workers", [None, 0, 2])
 def test_resume_equals_the_uninterrupted_run(small, workers):
-    full = resume_trial(small.urls, True, 20, 7, workers, (9, 4) if workers else None, 0.37)
+    full = resume_trial(lambda: build(small.urls, True, 20, 7, workers, (9, 4) if workers else None), 0.37)
     assert sorted(k for b in full for k in b) == sorted(small.keys * EPOCHS)
 
 
 def test_resume_of_compressed_shards_equals_the_uninterrupted_run(tmp_path):
     data = make_jsonl_shards(str(tmp_path), [23, 41, 9], ".jsonl.gz")
-    resume_trial(data.urls, True, 10, 4, 2, (7, 3), 0.6)
+    resume_trial(lambda: build(data.urls, True, 10, 4, 2, (7, 3)), 0.6)
 
 
 @pytest.mark.slow  # 30 kill/resume trials with worker processes
@@ -195,7 +169,10 @@ def test_resume_of_compressed_shards_equals_the_uninterrupted_run(tmp_path):
     cut=st.floats(0, 1),
 )
 def test_kill_and_resume_trials(small, workers, shardshuffle, bufsize, batch, main_stages, cut):
-    resume_trial(small.urls, shardshuffle, bufsize, batch, workers, main_stages if workers else None, cut)
+    resume_trial(
+        lambda: build(small.urls, shardshuffle, bufsize, batch, workers, main_stages if workers else None),
+        cut,
+    )
 
 
 @pytest.mark.parametrize(("old", "new"), [(2, 3), (3, 1), (0, 2)])

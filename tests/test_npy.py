@@ -15,10 +15,9 @@ from hypothesis import strategies as st
 
 import wdsx
 from tests.fixtures.records import make_npy_shards
+from tests.fixtures.trials import EPOCHS, batch_keys, resume_trial
 from wdsx.core import rng
 from wdsx.read.npy import draws
-
-EPOCHS = 2
 
 
 @pytest.fixture(scope="module")
@@ -138,39 +137,9 @@ def build(urls, fused, bufsize, batch, workers, main_stages):
     return loader
 
 
-def batch_keys(batch) -> list[str]:
-    keys = batch["__key__"] if isinstance(batch, dict) else batch[0]
-    return list(keys)
-
-
-def run_epochs(loader, first_epoch=0, stop_after=None):
-    seen = []
-    for epoch in range(first_epoch, EPOCHS):
-        for batch in loader:
-            seen.append(batch_keys(batch))
-            if stop_after is not None and len(seen) == stop_after:
-                return seen, epoch, json.loads(json.dumps(loader.state_dict()))
-    return seen, EPOCHS, None
-
-
-def resume_trial(urls, fused, bufsize, batch, workers, main_stages, cut):
-    args = (urls, fused, bufsize, batch, workers, main_stages)
-    full, _, _ = run_epochs(build(*args))
-    stop = max(1, int(cut * len(full)))
-    first = build(*args)
-    before, epoch, state = run_epochs(first, stop_after=stop)
-    if hasattr(first, "close"):
-        first.close()
-    second = build(*args)
-    second.load_state_dict(state)
-    after, _, _ = run_epochs(second, first_epoch=epoch)
-    assert before + after == full
-    return full
-
-
 @pytest.mark.parametrize(("fused", "workers"), [(True, None), (True, 2), (False, 0), (False, 2)])
 def test_resume_equals_the_uninterrupted_run(shards, fused, workers):
-    full = resume_trial(shards.urls, fused, 10, 6, workers, (9, 4) if workers else None, 0.45)
+    full = resume_trial(lambda: build(shards.urls, fused, 10, 6, workers, (9, 4) if workers else None), 0.45)
     assert Counter(k for b in full for k in b) == Counter(shards.keys * EPOCHS)
 
 
@@ -185,7 +154,9 @@ def test_resume_equals_the_uninterrupted_run(shards, fused, workers):
     cut=st.floats(0, 1),
 )
 def test_kill_and_resume_trials(shards, workers, fused, bufsize, batch, main_stages, cut):
-    resume_trial(shards.urls, fused, bufsize, batch, workers, main_stages if workers else None, cut)
+    resume_trial(
+        lambda: build(shards.urls, fused, bufsize, batch, workers, main_stages if workers else None), cut
+    )
 
 
 @pytest.mark.parametrize(("old", "new"), [(2, 3), (3, 1), (0, 2)])
