@@ -254,15 +254,19 @@ def _walk(
                 raise ShardError(
                     url, offset, f"negative member size {size}", _shown(pending, name_field, prefix)
                 )
-            directory = kind == 0 and text(name_field).endswith("/")  # an old-style directory entry
-            if kind in EXTENDED:
-                bound = min(limit, EXTENDED_LIMIT)
-            elif kind in NO_DATA or directory:
-                size, bound = 0, limit  # no data follows, whatever the size field says
-            else:
+            # an old-style directory entry is a NUL-type member whose name ends with "/"
+            regular = kind in REGULAR and not (kind == 0 and text(name_field).endswith("/"))
+            bound = limit
+            if regular:
+                wanted = keep
                 if pending is not None and "size" in pending:
                     size = int(pending["size"])
-                bound = limit
+            else:
+                wanted = kind in EXTENDED
+                if wanted:
+                    bound = min(limit, EXTENDED_LIMIT)
+                elif kind in NO_DATA or kind == 0:
+                    size = 0  # no data follows, whatever the size field says
             if size > bound:
                 raise ShardError(
                     url,
@@ -278,7 +282,6 @@ def _walk(
                     f"{stream_end - offset - BLOCK} bytes left in the shard",
                     _shown(pending, name_field, prefix),
                 )
-            wanted = kind in EXTENDED or (keep and kind in REGULAR)
             data_end = end + size
             padded_end = end + ((size + BLOCK - 1) & ~(BLOCK - 1))
             data = b""
@@ -332,7 +335,7 @@ def _walk(
                         _shown(pending, name_field, prefix),
                     )
                 base, pos, filled = base + padded_end, 0, 0
-            if kind in REGULAR and not directory:
+            if regular:
                 if pending is not None and "path" in pending:
                     name = pending["path"]
                 else:  # joined(prefix, name_field), inlined: this runs once per member
