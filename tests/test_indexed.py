@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 
 import numpy as np
@@ -136,11 +137,16 @@ def test_over_http_one_ranged_request_per_sample(corpora, kind, http_server, fau
         assert_same(sample, expected[index])
     requests = shard_gets(proxy, names)[before:]
     assert len(requests) == len(order)
-    if kind == "npy":  # rows lie after the header: always a ranged request
-        assert all(r.range is not None for r in requests)
-    else:  # from the sample's byte offset (a shard's first sample: from its start)
+    # each request is bounded at both ends (a shard's first sample too): exactly one sample's bytes
+    bounds = [re.fullmatch(r"bytes=(\d+)-(\d+)", r.range or "") for r in requests]
+    assert all(bounds), [r.range for r in requests]
+    if kind != "npy":  # from the sample's byte offset, ending before the next sample's
         starts = [expected[index]["__position__"].offset for index in order]
-        assert [r.range for r in requests] == [f"bytes={start}-" if start else None for start in starts]
+        assert [int(bound.group(1)) for bound in bounds] == starts
+        for bound, index in zip(bounds, order):
+            following = expected[index + 1] if index + 1 < len(expected) else None
+            if following is not None and following["__url__"] == expected[index]["__url__"]:
+                assert int(bound.group(2)) < following["__position__"].offset
 
 
 @pytest.mark.parametrize("kind", FORMATS)
@@ -159,8 +165,7 @@ def test_over_s3_one_ranged_request_per_sample(corpora, kind, s3_server, fault_p
         assert_same(dataset[index], expected[index])
     requests = shard_gets(proxy, names)[before:]
     assert len(requests) == len(order)
-    ranged = sum(r.range is not None for r in requests)
-    assert ranged == sum(kind == "npy" or expected[i]["__position__"].offset > 0 for i in order)
+    assert all(re.fullmatch(r"bytes=\d+-\d+", r.range or "") for r in requests), [r.range for r in requests]
 
 
 def keys(batch) -> list[str]:

@@ -132,6 +132,29 @@ def test_cut_connections_resume_at_the_last_byte(remote, fault_proxy, seed, faul
     assert starts == sorted(set(starts)), "every retry starts further on, never from the start"
 
 
+@pytest.mark.parametrize("offset, end", [(0, 1000), (4_096, 4_097), (1_234_567, 3_000_000)])
+def test_a_bounded_read_asks_for_exactly_its_bytes(remote, fault_proxy, offset, end):
+    proxy = fault_proxy(remote.port)
+    url, options = remote.via(proxy, **fast_retries())
+    with open_source(url, offset, options, end=end) as source:
+        assert read_all(source) == remote.data[offset:end]
+    assert [request.range for request in proxy.gets()] == [f"bytes={offset}-{end - 1}"]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_bounded_read_resumes_within_its_bounds(remote, fault_proxy, seed):
+    offset, end = 1_000, 3_500_000
+    proxy = fault_proxy(remote.port, seed=seed, cut_after=CUT_RANGE)
+    url, options = remote.via(proxy, **fast_retries())
+    with open_source(url, offset, options, end=end) as source:
+        assert read_all(source, 100_000) == remote.data[offset:end]
+    assert proxy.cuts >= 1
+    ranges = [re.fullmatch(r"bytes=(\d+)-(\d+)", request.range or "") for request in proxy.gets()]
+    assert all(ranges) and {int(match.group(2)) for match in ranges} == {end - 1}
+    starts = [int(match.group(1)) for match in ranges]
+    assert starts[0] == offset and starts == sorted(set(starts))
+
+
 def test_stalled_connection_times_out_and_resumes(remote, fault_proxy):
     proxy = fault_proxy(remote.port, cut_after=(3 * MiB, 3 * MiB), fault="stall")
     url, options = remote.via(proxy, **fast_retries(timeout=0.5))

@@ -174,7 +174,7 @@ class IndexedDataset:
         """Bytes ``[start, end)`` of the shard: a ``pread`` of a kept-open local file, or one
         ranged request."""
         if path is None:
-            with open_source(url, start, self.options) as source:
+            with open_source(url, start, self.options, end=end) as source:
                 data = read_exact(source.read, end - start)
         else:
             data = os.pread(self._file(path), end - start, start)

@@ -199,7 +199,7 @@ def read_row(url: str, header: NpyHeader, index: int, options: SourceOptions | N
     if not 0 <= index < header.rows:
         raise IndexError(f"{url} has {header.rows} rows, not {index + 1}")
     offset = header.data_offset + index * header.row_bytes
-    with open_source(url, offset, options) as source:
+    with open_source(url, offset, options, end=offset + header.row_bytes) as source:
         data = read_exact(source.read, header.row_bytes)
     if len(data) < header.row_bytes:
         raise ShardError(url, offset, f"the shard ends inside row {index}")

@@ -3,6 +3,8 @@
 
 Every opener takes the byte offset at which the caller wants to start. Stores that support it
 start there directly (a seek or a ranged request); ``pipe:`` reads and discards up to it.
+Openers registered as ``bounded`` also take an ``end`` keyword: a read of a known extent (one
+sample, by index) then asks the store for exactly those bytes.
 A scheme with no reader of its own is read through fsspec, when fsspec knows its protocol.
 """
 
@@ -24,6 +26,8 @@ SinkOpener = Callable[[str, SourceOptions], Sink]
 _OPENERS: dict[str, Opener] = {}
 _SINK_OPENERS: dict[str, SinkOpener] = {}
 _LISTERS: dict[str, Lister] = {}
+_BOUNDED: set[str] = set()
+"""Schemes whose opener takes ``end=`` (a bounded ``Range:`` request)."""
 FALLBACK = "fsspec"
 """The pseudo-scheme whose reader and lister serve schemes that have none of their own."""
 DEFAULT_OPTIONS = SourceOptions()
@@ -34,11 +38,18 @@ def register(
     opener: Opener | None = None,
     sink: SinkOpener | None = None,
     lister: Lister | None = None,
+    *,
+    bounded: bool = False,
 ) -> None:
     """Add a URL scheme (``"s3"``, ``"http"``...) with its reader and, optionally, its writer
-    and its lister (which expands prefixes and globs)."""
+    and its lister (which expands prefixes and globs). ``bounded``: the reader also takes an
+    ``end=`` keyword, the offset at which the caller will stop reading."""
     if opener is not None:
         _OPENERS[scheme] = opener
+        if bounded:
+            _BOUNDED.add(scheme)
+        else:
+            _BOUNDED.discard(scheme)
     if sink is not None:
         _SINK_OPENERS[scheme] = sink
     if lister is not None:
@@ -68,12 +79,19 @@ def rewrite_url(url: str) -> str:
 
 
 def open_source(
-    url: str, offset: int = 0, options: SourceOptions | None = None, *, sha256: str | None = None
+    url: str,
+    offset: int = 0,
+    options: SourceOptions | None = None,
+    *,
+    sha256: str | None = None,
+    end: int | None = None,
 ) -> Source:
     """Open the shard at ``url`` so that the first byte read is the one at ``offset``.
 
-    With ``options.cache_dir`` set, remote shards are read through the local cache; there,
-    ``sha256`` (hex) is checked against each downloaded copy. Without a cache it is ignored.
+    ``end``: the caller reads no byte at or past it; a bounded store is then asked for exactly
+    ``[offset, end)`` (one ``Range:`` request, even from offset 0). With ``options.cache_dir``
+    set, remote shards are read through the local cache; there, ``sha256`` (hex) is checked
+    against each downloaded copy. Without a cache it is ignored.
     """
     options = options or DEFAULT_OPTIONS
     url = rewrite_url(url)
@@ -89,6 +107,9 @@ def open_source(
         from wdsx.sources.cache import open_cached
 
         return open_cached(url, offset, options, opener, sha256)
+    if end is not None and (scheme in _BOUNDED or (scheme not in _OPENERS and FALLBACK in _BOUNDED)):
+        bounded: Callable[..., Source] = opener
+        return bounded(url, offset, options, end=end)
     return opener(url, offset, options)
 
 

@@ -184,11 +184,12 @@ def _read_target(url: str, blob: BlobClient) -> Target:
     return Target(address, headers)
 
 
-def open_azure(url: str, offset: int, options: SourceOptions) -> Source:
-    """Stream ``az://container/key`` from ``offset`` (a ``Range: bytes=offset-`` GET when > 0)."""
+def open_azure(url: str, offset: int, options: SourceOptions, *, end: int | None = None) -> Source:
+    """Stream ``az://container/key`` from ``offset`` (a ``Range: bytes=offset-`` GET when > 0),
+    up to ``end`` when given."""
     blob = _blob(url, options)
     return open_http(
-        url, offset, options, locate=lambda: _read_target(url, blob), read_error=read_azure_error
+        url, offset, options, locate=lambda: _read_target(url, blob), read_error=read_azure_error, end=end
     )
 
 

@@ -4,7 +4,7 @@ URLs is first opened, so ``import wdsx`` stays light and a missing extra is name
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import ModuleType
 
 from wdsx.core.errors import SourceError
@@ -32,9 +32,9 @@ class _Store:
             ) from exn
 
     def reader(self, name: str) -> Opener:
-        def open_(url: str, offset: int, options: SourceOptions) -> Source:
-            opener: Opener = getattr(self._load(url), name)
-            return opener(url, offset, options)
+        def open_(url: str, offset: int, options: SourceOptions, **bounds: int | None) -> Source:
+            opener: Callable[..., Source] = getattr(self._load(url), name)
+            return opener(url, offset, options, **bounds)
 
         return open_
 
@@ -55,7 +55,13 @@ class _Store:
 
 def _register(schemes: tuple[str, ...], store: _Store, reader: str, writer: str | None, lister: str) -> None:
     for scheme in schemes:
-        register(scheme, store.reader(reader), store.writer(writer) if writer else None, store.lister(lister))
+        register(
+            scheme,
+            store.reader(reader),
+            store.writer(writer) if writer else None,
+            store.lister(lister),
+            bounded=True,
+        )
 
 
 _register(("s3",), _Store("s3", "s3"), "open_s3", "S3Sink", "list_s3")
@@ -63,6 +69,6 @@ _register(("gs", "gcs"), _Store("gcs", "gcs"), "open_gcs", "GCSSink", "list_gcs"
 _register(("az", "abfs", "abfss"), _Store("azure", "azure"), "open_azure", "AzureSink", "list_azure")
 _register(("hf",), _Store("hf", "hf"), "open_hf", None, "list_hf")
 _register((FALLBACK,), _Store("fsspec_store", "fsspec"), "open_fsspec", None, "list_fsspec")
-register("http", open_http)
-register("https", open_http)
+register("http", open_http, bounded=True)
+register("https", open_http, bounded=True)
 register("pipe", PipeSource, PipeSink)

@@ -81,11 +81,12 @@ class _FileBody:
         self._handle.close()
 
 
-def open_fsspec(url: str, offset: int, options: SourceOptions) -> Source:
-    """Read ``url`` through fsspec from ``offset`` (a seek)."""
+def open_fsspec(url: str, offset: int, options: SourceOptions, *, end: int | None = None) -> Source:
+    """Read ``url`` through fsspec from ``offset`` (a seek), up to ``end`` when given (the
+    source stops there; fsspec fetches in its own blocks)."""
     fs, path = _filesystem(url, options)
 
-    def connect(start: int) -> Response:
+    def connect(start: int, _stop: int | None) -> Response:
         with fsspec_errors(url, f"opening at byte {start}"):
             info = fs.info(path)
             if info.get("type") == "directory":
@@ -101,7 +102,7 @@ def open_fsspec(url: str, offset: int, options: SourceOptions) -> Source:
                 raise
             return Response(_FileBody(url, handle), start, size, fs.ukey(path))
 
-    return ResumingSource(url, offset, options, connect)
+    return ResumingSource(url, offset, options, connect, end)
 
 
 def list_fsspec(prefix: str, options: SourceOptions) -> list[str]:

@@ -135,12 +135,15 @@ def _media_url(access: GCSAccess, bucket: str, key: str) -> str:
     )
 
 
-def open_gcs(url: str, offset: int, options: SourceOptions) -> Source:
-    """Stream ``gs://bucket/key`` from ``offset`` (a ``Range: bytes=offset-`` GET when > 0)."""
+def open_gcs(url: str, offset: int, options: SourceOptions, *, end: int | None = None) -> Source:
+    """Stream ``gs://bucket/key`` from ``offset`` (a ``Range: bytes=offset-`` GET when > 0), up
+    to ``end`` when given."""
     bucket, key = object_of(url)
     access = gcs_access(options)
     media = _media_url(access, bucket, key)
-    return open_http(url, offset, options, locate=lambda: access.target(media), read_error=read_gcs_error)
+    return open_http(
+        url, offset, options, locate=lambda: access.target(media), read_error=read_gcs_error, end=end
+    )
 
 
 def list_gcs(prefix: str, options: SourceOptions) -> list[str]:

@@ -98,15 +98,18 @@ def read_hub_error(status: int, headers: Message, body: bytes) -> tuple[str | No
     return headers.get("X-Error-Code"), headers.get("X-Error-Message")
 
 
-def open_hf(url: str, offset: int, options: SourceOptions) -> Source:
-    """Stream an ``hf://`` file from ``offset`` (a ``Range: bytes=offset-`` GET when > 0)."""
+def open_hf(url: str, offset: int, options: SourceOptions, *, end: int | None = None) -> Source:
+    """Stream an ``hf://`` file from ``offset`` (a ``Range: bytes=offset-`` GET when > 0), up to
+    ``end`` when given."""
     where = split_hf_url(url)
     if not where.path or where.path.endswith("/"):
         raise SourceError(url, "an hf:// URL of a shard needs a file path after the repository")
     revision = quote(where.revision, safe="")
     address = f"{where.url_prefix(hub_endpoint(options))}/resolve/{revision}/{quote(where.path)}"
     token = hub_token(options)
-    return open_http(url, offset, options, locate=lambda: _target(address, token), read_error=read_hub_error)
+    return open_http(
+        url, offset, options, locate=lambda: _target(address, token), read_error=read_hub_error, end=end
+    )
 
 
 def list_hf(prefix: str, options: SourceOptions) -> list[str]:

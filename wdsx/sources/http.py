@@ -28,7 +28,14 @@ from urllib.parse import urlsplit
 
 from wdsx.core.errors import SourceError
 from wdsx.sources.base import Source, SourceOptions
-from wdsx.sources.retry import Response, ResumingSource, TransientError, content_range, empty_response
+from wdsx.sources.retry import (
+    Response,
+    ResumingSource,
+    TransientError,
+    content_range,
+    empty_response,
+    range_header,
+)
 
 _RETRY_STATUSES = frozenset((408, 425, 429))
 _ERROR_BODY_LIMIT = 4096
@@ -145,19 +152,22 @@ def open_http(
     *,
     locate: Callable[[], Target] | None = None,
     read_error: ErrorReader = no_store_code,
+    end: int | None = None,
 ) -> Source:
-    """Stream ``url`` from ``offset`` (a ``Range: bytes=offset-`` GET when > 0).
+    """Stream ``url`` from ``offset`` (a ``Range: bytes=offset-`` GET when > 0), up to ``end``
+    when given (``Range: bytes=offset-(end - 1)``, even from offset 0).
 
     ``locate`` gives each attempt's :class:`Target` (by default, ``url`` itself with no extra
     headers); ``read_error`` reads the store's error code out of error replies.
     """
     where = locate or (lambda: Target(url))
 
-    def connect(start: int) -> Response:
+    def connect(start: int, stop: int | None) -> Response:
         target = where()
         headers = {"Accept-Encoding": "identity"}
-        if start:
-            headers["Range"] = f"bytes={start}-"
+        wanted = range_header(start, stop)
+        if wanted:
+            headers["Range"] = wanted
         doing = f"GET from byte {start}"
         try:
             reply = http_request(url, target, options, doing, headers=headers, read_error=read_error)
@@ -166,12 +176,12 @@ def open_http(
             return _past_end(url, start, exn.headers, lambda: _size(url, where(), options, read_error))
         length = reply.headers.get("Content-Length")
         if reply.status == 206:
-            first, total = content_range(reply.headers.get("Content-Range")) or (start, None)
+            first, last = content_range(reply.headers.get("Content-Range")) or (start, None)
         else:
-            first, total = 0, int(length) if length else None
-        return Response(_HTTPBody(reply), first, total, reply.headers.get("ETag"))
+            first, last = 0, int(length) if length else None
+        return Response(_HTTPBody(reply), first, last, reply.headers.get("ETag"))
 
-    return ResumingSource(url, offset, options, connect)
+    return ResumingSource(url, offset, options, connect, end)
 
 
 def _size(url: str, target: Target, options: SourceOptions, read_error: ErrorReader) -> int | None:

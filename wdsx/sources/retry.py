@@ -43,7 +43,8 @@ class Response:
     start: int
     """Offset of the body's first byte: 0 when the server ignored the requested range."""
     end: int | None
-    """Offset one past the body's last byte (the object's size), when the server said it."""
+    """Offset one past the body's last byte (the object's size, or the end of the range
+    asked for), when the server said it."""
     version: str | None = None
     """ETag or similar: a resumed read must see the same version of the object."""
 
@@ -61,17 +62,26 @@ def empty_response(at: int) -> Response:
     return Response(_EmptyBody(), at, at)
 
 
-Connect = Callable[[int], Response]
-"""Opens a response whose body starts at the given offset (or earlier, if Range is ignored)."""
+Connect = Callable[[int, "int | None"], Response]
+"""Opens a response whose body starts at the first offset (or earlier, if Range is ignored)
+and, when the second is given, ends before it (or later, likewise)."""
 
 
-def content_range(value: str | None) -> tuple[int, int | None] | None:
-    """First byte and total size from a ``Content-Range: bytes FIRST-LAST/TOTAL`` header."""
-    match = re.fullmatch(r"bytes (\d+)-\d+/(\d+|\*)", (value or "").strip())
+def range_header(start: int, end: int | None) -> str | None:
+    """The ``Range:`` value for bytes ``[start, end)`` (``end`` None: to the end of the object);
+    None for the whole object."""
+    if end is not None:
+        return f"bytes={start}-{end - 1}"
+    return f"bytes={start}-" if start else None
+
+
+def content_range(value: str | None) -> tuple[int, int] | None:
+    """First byte and the offset one past the last from a ``Content-Range: bytes FIRST-LAST/TOTAL``
+    header (for a range open at its end, LAST + 1 is the object's size)."""
+    match = re.fullmatch(r"bytes (\d+)-(\d+)/(?:\d+|\*)", (value or "").strip())
     if not match:
         return None
-    total = match.group(2)
-    return int(match.group(1)), None if total == "*" else int(total)
+    return int(match.group(1)), int(match.group(2)) + 1
 
 
 class Attempts:
@@ -120,9 +130,14 @@ def call_with_retries(url: str, options: SourceOptions, doing: str, action: Call
 
 
 class ResumingSource(Source):
-    """A remote shard read as one stream that reconnects where it stopped after a failure."""
+    """A remote shard read as one stream that reconnects where it stopped after a failure.
 
-    def __init__(self, url: str, offset: int, options: SourceOptions, connect: Connect):
+    With ``end``, only bytes before it are asked for (a bounded ``Range:``) and read: a random
+    read of one sample costs one request for exactly its bytes."""
+
+    def __init__(
+        self, url: str, offset: int, options: SourceOptions, connect: Connect, end: int | None = None
+    ):
         self.url = url
         self.local_path = None
         self.seekable = True
@@ -130,6 +145,7 @@ class ResumingSource(Source):
         self.position = offset
         """Offset of the next byte :meth:`read` returns."""
         self._connect = connect
+        self.end = end
         self._attempts = Attempts(url, options)
         self._version: str | None = None
         self._closed = False
@@ -138,7 +154,10 @@ class ResumingSource(Source):
     def _open(self) -> Response:
         while True:
             try:
-                response = self._connect(self.position)
+                if self.end is not None and self.position >= self.end:
+                    response = empty_response(self.position)
+                else:
+                    response = self._connect(self.position, self.end)
                 break
             except TransientError as exn:
                 self._attempts.failed(exn, f"opening at byte {self.position}")
@@ -169,6 +188,10 @@ class ResumingSource(Source):
     def read(self, n: int) -> bytes:
         if self._closed:
             raise ValueError(f"{self.url}: read from a closed source")
+        if self.end is not None:
+            n = min(n, self.end - self.position)
+            if n <= 0:
+                return b""
         while True:
             response = self._response
             try:

@@ -31,6 +31,7 @@ from wdsx.sources.retry import (
     call_with_retries,
     content_range,
     empty_response,
+    range_header,
 )
 
 _TRANSIENT_CODES = frozenset(
@@ -123,15 +124,17 @@ class _S3Body:
         self._stream.close()
 
 
-def open_s3(url: str, offset: int, options: SourceOptions) -> Source:
-    """Stream ``s3://bucket/key`` from ``offset`` (a ``Range: bytes=offset-`` GET when > 0)."""
+def open_s3(url: str, offset: int, options: SourceOptions, *, end: int | None = None) -> Source:
+    """Stream ``s3://bucket/key`` from ``offset`` (a ``Range: bytes=offset-`` GET when > 0), up
+    to ``end`` when given (a bounded range, even from offset 0)."""
     bucket, key = object_of(url)
     client = s3_client(options)
 
-    def connect(start: int) -> Response:
+    def connect(start: int, stop: int | None) -> Response:
         request: dict[str, Any] = {"Bucket": bucket, "Key": key}
-        if start:
-            request["Range"] = f"bytes={start}-"
+        wanted = range_header(start, stop)
+        if wanted:
+            request["Range"] = wanted
         try:
             with s3_errors(url, f"GetObject from byte {start}"):
                 reply = client.get_object(**request)
@@ -139,8 +142,8 @@ def open_s3(url: str, offset: int, options: SourceOptions) -> Source:
             if error_code(exn.__cause__) != "InvalidRange":
                 raise
             return _past_end(start)
-        first, total = content_range(reply.get("ContentRange")) or (0, reply.get("ContentLength"))
-        return Response(_S3Body(url, reply["Body"]), first, total, reply.get("ETag"))
+        first, last = content_range(reply.get("ContentRange")) or (0, reply.get("ContentLength"))
+        return Response(_S3Body(url, reply["Body"]), first, last, reply.get("ETag"))
 
     def _past_end(start: int) -> Response:
         """An empty response for an offset at the very end; an error for one beyond it."""
@@ -150,7 +153,7 @@ def open_s3(url: str, offset: int, options: SourceOptions) -> Source:
             raise SourceError(url, f"offset {start} is past the end of the object ({size} bytes)")
         return empty_response(start)
 
-    return ResumingSource(url, offset, options, connect)
+    return ResumingSource(url, offset, options, connect, end)
 
 
 def list_s3(prefix: str, options: SourceOptions) -> list[str]:
