@@ -76,6 +76,10 @@ class RowKeys(RowColumn[str]):
     def item(self, index: int) -> str:
         return f"{self.stem}/{self.rows[index]}"
 
+    def __iter__(self) -> Iterator[str]:
+        prefix = self.stem + "/"
+        return iter([prefix + str(row) for row in self.rows.tolist()])
+
 
 class RowPositions(RowColumn[Position]):
     """The positions of a batch of consecutive samples of one shard: row ``rows[i]`` is the
@@ -89,6 +93,33 @@ class RowPositions(RowColumn[Position]):
 
     def item(self, index: int) -> Position:
         return Position(self.url, int(self.rows[index]), self.first + index, self.pad)
+
+    def __iter__(self) -> Iterator[Position]:
+        url, pad, make = self.url, self.pad, tuple.__new__
+        rows = self.rows.tolist()
+        return iter(
+            [make(Position, (url, row, ordinal, pad)) for ordinal, row in enumerate(rows, self.first)]
+        )
+
+
+class JoinedColumn(RowColumn[T]):
+    """Columns of consecutive parts of a batch, one after the other (still built element by
+    element on access, where the parts are). ``JoinedColumn(elements)`` is a column of the
+    elements, as code that rebuilds a sequence from its type expects (torch's collation)."""
+
+    def __init__(self, *parts: Sequence[T]):
+        super().__init__(np.cumsum([len(part) for part in parts]))
+        self.parts = parts
+
+    def __len__(self) -> int:
+        return int(self.rows[-1]) if len(self.rows) else 0
+
+    def item(self, index: int) -> T:
+        part = int(np.searchsorted(self.rows, index, side="right"))
+        return self.parts[part][index - (int(self.rows[part - 1]) if part else 0)]
+
+    def __iter__(self) -> Iterator[T]:
+        return (element for part in self.parts for element in part)
 
 
 def join_columns(head: dict[str, Any], block: dict[str, Any]) -> dict[str, Any] | None:
@@ -105,8 +136,11 @@ def join_columns(head: dict[str, Any], block: dict[str, Any]) -> dict[str, Any] 
                 return None
             out = allocate.empty((len(first) + len(second), *first.shape[1:]), first.dtype)
             joined[field] = np.concatenate([first, second], out=out)
-        elif isinstance(first, list) and isinstance(second, (list, RowColumn)):
-            joined[field] = first + list(second)
+        elif isinstance(first, list) and isinstance(second, list):
+            joined[field] = first + second
+        elif isinstance(first, (list, RowColumn)) and isinstance(second, (list, RowColumn)):
+            parts = first.parts if isinstance(first, JoinedColumn) else (first,)
+            joined[field] = JoinedColumn(*parts, second)
         else:
             return None
     return joined

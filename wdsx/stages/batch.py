@@ -16,7 +16,7 @@ import numpy as np
 
 from wdsx.core import allocate
 from wdsx.core.sampleseed import EPOCH_SEED
-from wdsx.read.rows import RowPositions
+from wdsx.read.rows import RowColumn, join_columns
 from wdsx.stages.base import Count, Run, Stage
 from wdsx.stages.buffer import Buffer, attach_buffer
 
@@ -138,37 +138,69 @@ class Batched(Stage):
         buffer = attach_buffer(run, index)
         batchsize = self.batchsize
         rows = self.collation_fn is default_collation_fn and run.source_index == index - 1
+        held = _Held()
         for item in upstream:
             buffer.items.append(item)
             buffer.positions.append(run.position)
             if rows and run.rows is not None:
-                yield from self._whole_batches(run, buffer)
-            if len(buffer.items) >= batchsize:
-                items, run.position = buffer.items, buffer.positions
-                buffer.items, buffer.positions = [], []
-                yield self._collate(items)
-        if buffer.items and self.partial:
-            items, run.position = buffer.items, buffer.positions
-            buffer.items, buffer.positions = [], []
-            yield self._collate(items)
+                yield from self._whole_batches(run, buffer, held)
+            if len(buffer.positions) >= batchsize:
+                yield self._emit(run, buffer, held)
+        if buffer.positions and self.partial:
+            yield self._emit(run, buffer, held)
         buffer.items, buffer.positions = [], []
 
-    def _whole_batches(self, run: Run, buffer: Buffer) -> Iterator:
+    def _emit(self, run: Run, buffer: Buffer, held: _Held) -> Any:
+        """The batch of everything ``buffer`` holds (after ``held``'s block, if any), which it
+        then no longer holds; ``run.position`` says where its items came from."""
+        items, run.position = buffer.items, buffer.positions
+        buffer.items, buffer.positions = [], []
+        if held.batch is None:
+            return self._collate(items)
+        block, held.batch = held.batch, None
+        joined = join_columns(block, default_collation_fn(items)) if items else block
+        # rows that do not join the samples after them are collated with them one by one
+        return joined if joined is not None else self._collate([*_rows(block), *items])
+
+    def _whole_batches(self, run: Run, buffer: Buffer, held: _Held) -> Iterator:
         """Batches that the reader right before this stage gathers whole from the rows it is
-        reading (``run.rows``), the first one starting with the samples ``buffer`` holds: the
-        same batches as collating sample by sample, without per-sample work."""
+        reading (``run.rows``), the first one starting with what ``buffer`` holds: the same
+        batches as collating sample by sample, without per-sample work. Where the piece ends
+        before a batch is full, its last rows are gathered at once too and held, collated
+        (``held``), until the next piece's rows complete the batch."""
         stamps = {EPOCH_SEED: run.epoch_seed}  # what the reader stamps on every sample
-        while (rows := run.rows) is not None and rows.left() >= self.batchsize - len(buffer.items):
-            if buffer.items and not rows.joins:
+        while (rows := run.rows) is not None and rows.left() > 0:
+            if buffer.positions and not rows.joins:
                 return
-            head = default_collation_fn(buffer.items) if buffer.items else None
-            block = rows.take(self.batchsize - len(buffer.items), head, stamps)
+            head = held.batch
+            if buffer.items:
+                collated = default_collation_fn(buffer.items)
+                head = collated if head is None else join_columns(head, collated)
+                if head is None:
+                    return
+            wanted = self.batchsize - len(buffer.positions)
+            block = rows.take(min(wanted, rows.left()), head, stamps)
             if block is None:
                 return
-            buffer.items, buffer.positions = [], []
             batch, positions = block
+            buffer.items, held.batch = [], None
+            if len(positions) < self.batchsize:
+                held.batch, buffer.positions = batch, list(positions)
+                return
+            buffer.positions = []
             run.position = cast(Any, positions)
             yield batch
+
+
+class _Held:
+    """Rows a batching stage holds already collated: the end of a piece of a row shard, which
+    the next piece's rows (or samples) complete into a batch. Their positions are the first
+    of the stage's buffer."""
+
+    __slots__ = ("batch",)
+
+    def __init__(self) -> None:
+        self.batch: dict[str, Any] | None = None
 
 
 def batched(
@@ -224,7 +256,7 @@ class Unbatched(Stage):
             yield item
         for batch in upstream:
             positions = run.position
-            if isinstance(positions, RowPositions):
+            if isinstance(positions, RowColumn):
                 positions = list(positions)
             rows = self.rows(batch)
             if not isinstance(positions, list) or len(positions) != len(rows):
