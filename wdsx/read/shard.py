@@ -9,6 +9,7 @@ skipped (logged once per shard).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import stat
@@ -22,7 +23,7 @@ from wdsx.core.errors import Handler, ShardError, reraise_exception
 from wdsx.core.streams import Prefixed
 from wdsx.read import formats, jsonl, npy
 from wdsx.read.samples import POSITION, Cursor, group_members, sample_starts
-from wdsx.read.tar import Member, iter_members, read_exact, scan_headers
+from wdsx.read.tar import Member, iter_member_lists, read_exact, scan_headers
 from wdsx.read.tarheader import BLOCK, looks_like_header
 from wdsx.sources import LocalSource, Source, SourceOptions, open_source, scheme_of
 from wdsx.sources.prefetch import Prefetcher
@@ -177,7 +178,7 @@ def _read_tar(
             extra = {**(extra or {}), "__local_path__": stream.local_path}
         if offset is None:
             cursor.offset, cursor.ordinal = 0, 0
-        parsed = iter_members(
+        parsed = iter_member_lists(
             stream,
             url,
             offset or 0,
@@ -189,8 +190,9 @@ def _read_tar(
         failure: list[Exception] | None = None if settings.handler is reraise_exception else []
         watched = failure is not None or count is not None or stream.decompressed is not None
         samples = group_members(
-            # the watcher costs a generator step per member: only when something needs it
-            _watched(parsed, ended, failure, stream.decompressed) if watched else parsed,
+            itertools.chain.from_iterable(
+                _watched(parsed, ended, failure, stream.decompressed) if watched else parsed
+            ),
             url,
             cursor,
             stop=stop,
@@ -221,12 +223,12 @@ def _read_tar(
 
 
 def _watched(
-    members: Generator[Member, None, int],
+    members: Generator[list[Member], None, int],
     ended: list[int],
     failure: list[Exception] | None,
     compressed: Decompressed | None,
-) -> Iterator[Member]:
-    """Pass members through and note where the archive ended. With ``failure`` (a continuing
+) -> Iterator[list[Member]]:
+    """Pass lists of members through and note where the archive ended. With ``failure`` (a continuing
     handler), a read error ends the members and is kept there, so that the sample being
     grouped is still delivered before the error reaches the handler."""
     try:

@@ -181,11 +181,14 @@ def _walk(
     available: int | None,
     max_member: int | None,
     keep: bool,
-) -> Generator[tuple[str, int, Any], None, int]:
-    """The tar engine behind :func:`iter_members` (``keep``: yield each member's data) and
-    :func:`scan_headers` (yield its size; ``skip(n)``, when given, seeks over payloads).
+) -> Generator[list[tuple[str, int, Any]], None, int]:
+    """The tar engine behind :func:`iter_members` (``keep``: each member's data) and
+    :func:`scan_headers` (its size; ``skip(n)``, when given, seeks over payloads).
 
-    Returns the offset of the end-of-archive marker. See :func:`iter_members` for the rules.
+    Yields the members parsed from each fill of the read buffer as one list (a reader then
+    steps through members at C speed, not one generator resumption each); before an error,
+    the members parsed ahead of it. Returns the offset of the end-of-archive marker. See
+    :func:`iter_members` for the rules.
     """
     limit = max_member_bytes() if max_member is None else max_member
     stream_end = None if available is None else start + available
@@ -200,10 +203,14 @@ def _walk(
     entry: int | None = None  # offset of the first pending extended header
     offset = start
     name_field, prefix = b"", ""
+    out: list[tuple[str, int, Any]] = []  # members parsed since the last fill of the buffer
     try:
         while True:
             end = pos + BLOCK
             if end > filled:
+                if out:
+                    yield out
+                    out = []
                 if pos > filled:  # the padding of the last member lies beyond the buffer
                     if _discard(readinto, view, pos - filled) < pos - filled:
                         raise ShardError(
@@ -230,6 +237,9 @@ def _walk(
                         offset,
                         f"zero block right after the extended header at byte {entry} (its member is missing)",
                     )
+                if out:
+                    yield out
+                    out = []
                 _check_end(readinto, view, end, filled, base + end, url, offset)
                 return offset
             name_field, size_field, sum_field, kind, prefixed = _unpack_header(buf, pos)
@@ -290,6 +300,9 @@ def _walk(
                     data = bytes(view[end:data_end])
                 pos = padded_end
             elif size + BLOCK <= capacity:  # move the member to the front, then read the rest of it
+                if out:
+                    yield out
+                    out = []
                 rest = bytes(view[pos:filled])
                 base, filled = base + pos, len(rest)
                 view[:filled] = rest
@@ -306,6 +319,9 @@ def _walk(
                     data = bytes(view[end:data_end])
                 pos = padded_end
             else:  # a member larger than the buffer is assembled outside it, or passed over
+                if out:
+                    yield out
+                    out = []
                 have = filled - end
                 if wanted:
                     grown = _grown(readinto, view, view[end:filled], size)
@@ -345,7 +361,7 @@ def _walk(
                         name = prefix + "/" + name
                 at = offset if entry is None else entry
                 pending = entry = None
-                yield name, at, data if keep else size
+                out.append((name, at, data if keep else size))
             elif kind in PAX_LOCAL or kind == GNU_LONGNAME:
                 if kind == GNU_LONGNAME:
                     records = {"path": long_name(data, url, offset)}
@@ -363,8 +379,26 @@ def _walk(
                 )
             else:  # directories, links, devices, fifos, unknown types: not samples
                 pending = entry = None
+    except GeneratorExit:
+        raise
     except DecompressionError as exn:
+        if out:  # what was parsed before the damage is delivered first
+            yield out
         raise ShardError(url, offset, str(exn), _shown(pending, name_field, prefix)) from exn
+    except Exception:
+        if out:
+            yield out
+        raise
+
+
+def _one_by_one(walk: Generator[list[Any], None, int]) -> Generator[Any, None, int]:
+    """The members of :func:`_walk`'s lists, one at a time; returns what it returns."""
+    while True:
+        try:
+            parsed = next(walk)
+        except StopIteration as stop:
+            return cast(int, stop.value)
+        yield from parsed
 
 
 def iter_members(
@@ -393,8 +427,24 @@ def iter_members(
     (see the module's docstring); a stream that ends without tar's end-of-archive block is
     reported as truncated, and only zero bytes may follow that block.
     """
-    walk = _walk(readinto_of(stream), None, url, start, chunk, available, max_member, True)
-    return cast(Generator[Member, None, int], walk)
+    return _one_by_one(
+        iter_member_lists(stream, url, start, chunk, available=available, max_member=max_member)
+    )
+
+
+def iter_member_lists(
+    stream: Readable,
+    url: str,
+    start: int = 0,
+    chunk: int = CHUNK,
+    *,
+    available: int | None = None,
+    max_member: int | None = None,
+) -> Generator[list[Member], None, int]:
+    """The members of :func:`iter_members`, in lists: those parsed from each fill of the read
+    buffer together (``itertools.chain.from_iterable`` makes them one stream again); before
+    an error, the members ahead of it. Returns the offset of the end-of-archive marker."""
+    return _walk(readinto_of(stream), None, url, start, chunk, available, max_member, True)
 
 
 def read_exact(read: Callable[[int], bytes], n: int) -> bytes:
@@ -426,5 +476,6 @@ def scan_headers(
     pass ``available`` so that a member claiming more bytes than the file holds is caught.
     """
     chunk = SCAN_CHUNK if skip is not None else CHUNK
-    walk = _walk(functools.partial(read_into, read), skip, url, start, chunk, available, max_member, False)
-    return cast(Generator[tuple[str, int, int], None, int], walk)
+    return _one_by_one(
+        _walk(functools.partial(read_into, read), skip, url, start, chunk, available, max_member, False)
+    )
