@@ -4,6 +4,7 @@ rows it was given, stays small for a real shuffle buffer, and refuses damaged te
 from __future__ import annotations
 
 import json
+import pickle
 
 import pytest
 from hypothesis import given, settings
@@ -11,7 +12,14 @@ from hypothesis import strategies as st
 
 import wdsx
 from wdsx.errors import StateError
-from wdsx.state.position import pack_positions, unpack_positions
+from wdsx.state.position import (
+    PackedPositions,
+    Position,
+    PositionTable,
+    as_json,
+    pack_positions,
+    unpack_positions,
+)
 
 rows = st.lists(
     st.tuples(
@@ -47,3 +55,56 @@ def test_a_shuffle_buffer_costs_a_few_bytes_per_sample(uneven_shards):
 def test_damaged_positions_are_refused(damage):
     with pytest.raises(StateError, match="corrupt buffer positions"):
         unpack_positions(damage)
+
+
+positions = st.lists(
+    st.builds(
+        Position,
+        st.sampled_from(["a.tar", "b.tar", "s3://bucket/c.tar"]),
+        st.integers(0, 2**40),
+        st.integers(0, 2**20),
+        st.booleans(),
+    ),
+    min_size=300,
+    max_size=400,
+)
+
+
+@settings(max_examples=50, deadline=None)
+@given(positions, st.lists(st.tuples(st.integers(0, 10**6), st.booleans()), max_size=80), st.data())
+def test_a_buffer_encoded_again_after_changes_equals_a_fresh_encoding(held, changes, data):
+    """A table remembers a large list between encodings; what it writes after the list
+    changed must be what a table that never saw it writes."""
+    table = PositionTable()
+    table.encode(held)
+    for seed, swap in changes:  # the moves of a shuffle buffer: swap with the last, pop, append
+        if swap and held:
+            k = seed % len(held)
+            held[k], held[-1] = held[-1], held[k]
+            held.pop()
+        held.append(data.draw(positions)[0])
+    again = table.encode(held)
+    fresh = PositionTable()
+    assert fresh.decode(fresh.encode(held)) == table.decode(again) == held
+
+
+def test_deferred_positions_pack_to_the_text_an_eager_table_writes():
+    held = [Position(f"s{i % 3}.tar", 1000 * i, i, i % 7 == 0) for i in range(500)]
+    eager, deferred = PositionTable(), PositionTable(deferred=True)
+    lazy = deferred.encode(held)
+    assert isinstance(lazy, PackedPositions)
+    assert as_json({"stages": {"shuffle": {"positions": lazy}}, "states": [lazy]}) == {
+        "stages": {"shuffle": {"positions": eager.encode(held)}},
+        "states": [eager.encode(held)],
+    }
+    assert deferred.decode(pickle.loads(pickle.dumps(lazy))) == held
+
+
+def test_a_loader_state_is_plain_json(uneven_shards):
+    dataset = wdsx.WebDataset(uneven_shards.urls, shardshuffle=True, manifest=False).shuffle(100).batched(4)
+    loader = wdsx.WebLoader(dataset, batch_size=None, num_workers=2)
+    iterator = iter(loader)
+    for _ in range(10):
+        next(iterator)
+    state = loader.state_dict()
+    assert json.loads(json.dumps(state)) == state

@@ -34,7 +34,7 @@ from wdsx.pipeline.datapipeline import DataPipeline, register_with_torch
 from wdsx.pipeline.mixing import Mix
 from wdsx.stages.base import Count, RedealTarget, Run, Stage, replay, source_index
 from wdsx.state.checkpoint import FORMAT, VERSION, JsonDict, PipelineState
-from wdsx.state.position import Position, PositionTable
+from wdsx.state.position import Position, PositionTable, as_json
 
 log = logging.getLogger("wdsx")
 
@@ -95,6 +95,7 @@ class _WorkerStream:
         else:
             dataset.set_epoch(self.epoch)
         dataset.decode_threads = self.watch.decode_threads
+        dataset.defer_positions = True
         side = self.side = self.watch.worker(dataset, self.slot, info is None)
         try:
             for item in dataset:
@@ -192,7 +193,7 @@ class LoaderProgress:
             "rank": self.rank,
             "world": self.world,
             "consumers": list(self.consumers),
-            "states": list(self.states),
+            "states": [as_json(state) for state in self.states],
             "next": self.next,
             "complete": self.complete,
         }

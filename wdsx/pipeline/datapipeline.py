@@ -26,7 +26,7 @@ from wdsx.stages.observe import StageObserver
 from wdsx.stages.plan import execution_stages
 from wdsx.state.checkpoint import FORMAT as STATE_FORMAT
 from wdsx.state.checkpoint import VERSION, JsonDict, PipelineState, check_format, fingerprint_differences
-from wdsx.state.position import PositionTable
+from wdsx.state.position import PositionTable, as_json
 
 log = logging.getLogger("wdsx")
 
@@ -75,6 +75,7 @@ class _Stream:
         self.run: Run | None = None
         self.started = False
         self.table = start.table() if start else PositionTable()
+        self.table.deferred = pipeline.defer_positions
         # the with_epoch(n) this stream was made for: only such a stream continues across iter()
         self.limit = pipeline.nsamples
         # items yielded in the current epoch, counted at C speed (see _counted)
@@ -143,6 +144,11 @@ class DataPipeline(FluidInterface):
     observer: StageObserver | None = None
     """Watches the stages run (per-stage time, the reader's position): set by ``wdsx bench
     --profile`` and by WebLoader workers (:mod:`wdsx.stages.observe`)."""
+
+    defer_positions: bool = False
+    """Whether stage states hold positions as tables, packed into their compact text only when
+    a checkpoint is read (:class:`~wdsx.state.position.PackedPositions`): set in WebLoader
+    workers, which write a state with every batch."""
 
     decode_threads: int = 1
     """Threads that decode each batch's images, where decoding goes straight into batches
@@ -352,7 +358,7 @@ class DataPipeline(FluidInterface):
             if strict:
                 raise NotResumableError(message)
             warnings.warn(message + " (strict=False: resuming restarts those stages)", stacklevel=2)
-        return self.current_state().to_json()
+        return as_json(self.current_state().to_json())
 
     def current_state(self) -> PipelineState:
         """The current state, without checking that it can be restored exactly."""

@@ -9,6 +9,8 @@ that hold samples keep only their positions in a checkpoint; restoring reads the
 from __future__ import annotations
 
 import base64
+import itertools
+import operator
 import zlib
 from collections.abc import Iterable
 from typing import Any, NamedTuple
@@ -40,39 +42,123 @@ def make_position(url: str, offset: int, ordinal: int) -> Position:
 _new_tuple: Any = tuple.__new__
 
 
+_REMEMBERED = 256
+"""Lists of at least this many positions are remembered between two encodings."""
+
+
+class _Encoded:
+    """A list of positions as last encoded: the list itself, a copy of what it held, and
+    their rows."""
+
+    __slots__ = ("source", "held", "rows")
+
+    def __init__(self, source: list[Any], held: list[Any], rows: np.ndarray):
+        self.source = source
+        self.held = held
+        self.rows = rows
+
+
+class PackedPositions:
+    """Positions as their table of (URL index, offset, ordinal, pad) rows, packed into
+    :func:`pack_positions`' string only when :meth:`text` is asked for; pickled as the table.
+    What a deferred :class:`PositionTable` writes; :func:`as_json` turns a state holding some
+    into plain JSON."""
+
+    __slots__ = ("rows", "_text")
+
+    def __init__(self, rows: np.ndarray):
+        self.rows = rows
+        self._text: str | None = None
+
+    def text(self) -> str:
+        if self._text is None:
+            self._text = _pack_table(self.rows)
+        return self._text
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return PackedPositions, (self.rows,)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (PackedPositions, str)):
+            return self.text() == (other.text() if isinstance(other, PackedPositions) else other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def as_json(state: Any) -> Any:
+    """``state`` (JSON, perhaps with :class:`PackedPositions` inside) as plain JSON."""
+    if isinstance(state, PackedPositions):
+        return state.text()
+    if isinstance(state, dict):
+        return {key: as_json(value) for key, value in state.items()}
+    if isinstance(state, list):
+        return [as_json(value) for value in state]
+    return state
+
+
 class PositionTable:
     """Writes positions against one URL list per checkpoint, so each URL is stored once."""
 
-    def __init__(self, urls: Iterable[str] = ()):
+    def __init__(self, urls: Iterable[str] = (), *, deferred: bool = False):
         self.urls: list[str] = list(urls)
         self._index = {url: i for i, url in enumerate(self.urls)}
+        self._recent: dict[int, _Encoded] = {}
+        self.deferred = deferred
+        """Whether :meth:`encode` leaves the packing to whoever reads the state (see
+        :class:`PackedPositions`): a WebLoader worker, which writes a state with every batch
+        while the main process reads one only when asked for a checkpoint."""
 
-    def encode(self, positions: Iterable[Any]) -> str:
-        """Positions as one short ASCII string (see :func:`pack_positions`). A checkpoint is
-        written with every batch a worker sends, so this works column by column, not per
-        position."""
-        held = list(positions)
-        if any(type(position) is not Position for position in held):
+    def encode(self, positions: Iterable[Any]) -> str | PackedPositions:
+        """Positions as one short ASCII string (see :func:`pack_positions`), or, for a
+        ``deferred`` table, as the :class:`PackedPositions` that becomes that string.
+
+        A worker writes a checkpoint with every batch, and a shuffle buffer changes by about a
+        batch between two: for a large list seen before (the same list object), only the
+        entries that are not the same objects as last time are converted again."""
+        held = positions if type(positions) is list else list(positions)
+        recent = self._recent.get(id(held)) if len(held) >= _REMEMBERED else None
+        if recent is not None and recent.source is held:
+            rows, before = recent.rows, recent.held
+            kept = min(len(held), len(before))
+            changed = [
+                *itertools.compress(range(kept), map(operator.is_not, held, before)),
+                *range(kept, len(held)),
+            ]
+            if len(rows) != len(held):
+                rows = np.resize(rows, (len(held), 4))
+            rows[changed] = self._rows([held[i] for i in changed])
+        else:
+            rows = self._rows(held)
+        if len(held) >= _REMEMBERED:
+            if len(self._recent) >= 8:
+                self._recent.pop(next(iter(self._recent)))
+            self._recent[id(held)] = _Encoded(held, list(held), rows)
+        return PackedPositions(rows.copy()) if self.deferred else _pack_table(rows)
+
+    def _rows(self, positions: list[Any]) -> np.ndarray:
+        """``positions`` as an n x 4 table of (URL index, offset, ordinal, pad)."""
+        if any(type(position) is not Position for position in positions):
             raise NotResumableError(
                 "a stage holds items without a single sample position (whole batches, or items "
                 "from an opaque source); checkpoint before batching, or unbatch first"
             )
-        table = np.zeros((len(held), 4), dtype=np.int64)
-        if held:
-            urls, table[:, 1], table[:, 2], table[:, 3] = zip(*held)
+        rows = np.zeros((len(positions), 4), dtype=np.int64)
+        if positions:
+            urls, rows[:, 1], rows[:, 2], rows[:, 3] = zip(*positions)
             for url in dict.fromkeys(urls):  # new URLs join the table in order of appearance
                 if url not in self._index:
                     self._index[url] = len(self.urls)
                     self.urls.append(url)
-            table[:, 0] = list(map(self._index.__getitem__, urls))
-        return _pack_table(table)
+            rows[:, 0] = list(map(self._index.__getitem__, urls))
+        return rows
 
-    def decode(self, packed: str) -> list[Position]:
+    def decode(self, packed: str | PackedPositions) -> list[Position]:
         """The positions :meth:`encode` was given, in their order."""
+        rows = packed.rows.tolist() if isinstance(packed, PackedPositions) else unpack_positions(packed)
         try:
             return [
-                Position(self.urls[index], offset, ordinal, bool(pad))
-                for index, offset, ordinal, pad in unpack_positions(packed)
+                Position(self.urls[index], offset, ordinal, bool(pad)) for index, offset, ordinal, pad in rows
             ]
         except IndexError as error:
             raise StateError("checkpoint positions refer to a URL missing from its URL table") from error
