@@ -38,7 +38,8 @@ test-fast: $(VENV)/.installed-test
 # The tutorial benchmark reads Debian's openclipart-png drawings; without them (no apt-get, or
 # not root) it uses generated photo-like images instead.
 bench: $(VENV)/.installed-test
-	-test -d /usr/share/openclipart/png || apt-get install -y --no-install-recommends openclipart-png
+	-test -d /usr/share/openclipart/png || { apt-get update -qq; apt-get install -y --no-install-recommends openclipart-png; }
+	-test -d /usr/share/datasets/fashion-mnist || { apt-get update -qq; apt-get install -y --no-install-recommends dataset-fashion-mnist; }
 	$(BIN)/python benchmarks/run.py
 
 # A long fuzzing campaign over the reading API (`make test` runs a short one): a watchdog and a

@@ -167,11 +167,15 @@ def main() -> None:
         section = SECTIONS[name]
         print(f"# running {name} benchmarks...", file=sys.stderr, flush=True)
         rows.extend(section(args.repeats) if name in ("read", "loader") else section())
-    table = render(rows)
-    print(table)
+        save(rows)  # what is measured so far survives a later section's failure
+    print(render(rows))
+
+
+def save(rows: list[Row]) -> None:
+    """Write the table so far to ``bench-out/results.md`` and ``results.json``."""
     os.makedirs(data.ROOT, exist_ok=True)
     with open(os.path.join(data.ROOT, "results.md"), "w") as stream:
-        stream.write(table + "\n")
+        stream.write(render(rows) + "\n")
     with open(os.path.join(data.ROOT, "results.json"), "w") as stream:
         json.dump(rows, stream, indent=1)
 
