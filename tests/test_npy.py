@@ -110,6 +110,30 @@ def test_whole_batches_equal_sample_by_sample_collation(shards, batch):
     assert [row["__key__"] for row in rows] == [k for b in collated for k in b["__key__"]]
 
 
+def test_rows_that_do_not_join_the_next_shard_batch_as_samples_do(tmp_path):
+    """A batch spanning a float32 shard and a float64 one cannot be gathered whole: it must be
+    what batching sample by sample gives (same columns, same types)."""
+    urls = []
+    for number, dtype in enumerate(["float32", "float64", "float32"]):
+        urls.append(str(tmp_path / f"mixed-{number}.npy"))
+        np.save(urls[-1], np.arange(3 * 7, dtype=dtype).reshape(7, 3))
+
+    def pipeline(per_sample):
+        dataset = wdsx.WebDataset(urls, shardshuffle=False)
+        return (dataset.map(lambda sample: sample) if per_sample else dataset).batched(4)
+
+    gathered, collated = list(pipeline(False)), list(pipeline(True))
+    assert len(gathered) == len(collated)
+    for fast, slow in zip(gathered, collated):
+        assert list(fast) == list(slow)
+        for field in fast:
+            assert isinstance(fast[field], np.ndarray) == isinstance(slow[field], np.ndarray), field
+            if isinstance(slow[field], np.ndarray):
+                assert np.array_equal(fast[field], slow[field]) and fast[field].dtype == slow[field].dtype
+            else:
+                assert list(fast[field]) == list(slow[field])
+
+
 def test_whole_batches_are_gathered_in_one_step(shards, monkeypatch):
     """Only the first row of each shard is read on its own; all the others are gathered, the
     ends of shards too (held until the next shard's rows complete their batch)."""

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
+import re
 
 import pytest
 
-from tests.fixtures.servers import random_bytes, read_all
+from tests.fixtures.servers import RangeHTTPServer, _RangeHandler, random_bytes, read_all
 from wdsx.errors import SourceError
 from wdsx.sources import SourceOptions, open_source
 
@@ -59,3 +60,32 @@ def test_unreachable_server_fails_after_retries(http_server):
     with pytest.raises(SourceError, match="gave up after 1 retries") as caught:
         open_source(url, 0, SourceOptions(retries=1, backoff=0.001, timeout=2))
     assert "refused" in str(caught.value).lower()
+
+
+CAP = 100_000
+
+
+class _CappedRangeHandler(_RangeHandler):
+    """Sends at most ``CAP`` bytes of each range asked for, as some servers and CDNs do."""
+
+    def serve_file(self, path: str, body: bool) -> None:
+        wanted = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+        if wanted:
+            start = int(wanted.group(1))
+            last = start + CAP - 1 if not wanted.group(2) else min(int(wanted.group(2)), start + CAP - 1)
+            self.headers.replace_header("Range", f"bytes={start}-{last}")
+        super().serve_file(path, body)
+
+
+@pytest.fixture(scope="module")
+def capped_server(http_server, name):
+    server = RangeHTTPServer(http_server.root, handler=_CappedRangeHandler).start()
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize(("offset", "end"), [(1, None), (777_777, None), (5, 350_000)])
+def test_a_server_that_sends_a_range_in_short_replies_gives_every_byte(capped_server, name, offset, end):
+    options = SourceOptions(backoff=30.0)  # asking for the rest of a range must not wait
+    with open_source(capped_server.url(name), offset, options, end=end) as source:
+        assert read_all(source) == DATA[offset:end]

@@ -92,6 +92,24 @@ def test_mixed_members_match_tarfile(fmt):
     assert wdsx_members(data, 1024) == tarfile_members(data)
 
 
+def test_a_pax_size_applies_to_a_member_of_unknown_type():
+    """A pax ``size`` record sizes the member after it whatever its type (tarfile agrees): a
+    reader that used the header's size would take that member's data for the next header."""
+    built = io.BytesIO()
+    with tarfile.open(fileobj=built, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        odd = tarfile.TarInfo("odd")
+        odd.type, odd.size, odd.pax_headers = b"V", 0, {"size": "1024"}
+        archive.addfile(odd)
+        after = tarfile.TarInfo("a.txt")
+        after.size = 5
+        archive.addfile(after, io.BytesIO(b"hello"))
+    raw = built.getvalue()
+    raw = raw[:1536] + b"x" * 1024 + raw[1536:]  # the odd member's 1024 bytes, after its header
+    expected = [(m.name, m.size) for m in tarfile.open(fileobj=io.BytesIO(raw)) if m.isfile()]
+    assert [(name, len(data)) for name, _, data in iter_members(io.BytesIO(raw), "u")] == expected
+    assert [(name, size) for name, _, size in scan_headers(io.BytesIO(raw).read, None, "u")] == expected
+
+
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_every_offset_resumes_at_its_member(fmt):
     members = [("a" * 150 + f"/{i}.txt", bytes([i]) * (i * 100)) for i in range(8)]

@@ -145,7 +145,9 @@ class _CollateWithState:
 @dataclass
 class LoaderProgress:
     """The loader's state: per worker slot, the worker's pipeline state (JSON, owned by the
-    dataset) after its last delivered batch; which reader each slot is; whose batch is next."""
+    dataset, whose positions stay :class:`~wdsx.state.position.PackedPositions` tables until a
+    checkpoint is read: ``state_dict`` packs them) after its last delivered batch; which reader
+    each slot is; whose batch is next."""
 
     workers: int = 1
     rank: int = 0
@@ -193,7 +195,7 @@ class LoaderProgress:
             "rank": self.rank,
             "world": self.world,
             "consumers": list(self.consumers),
-            "states": [as_json(state) for state in self.states],
+            "states": list(self.states),
             "next": self.next,
             "complete": self.complete,
         }
@@ -604,6 +606,7 @@ def gather_states(state: JsonDict, group: Any = None) -> JsonDict:
     checkpoint, returned on every rank (a ``torch.distributed`` collective when initialised)."""
     import torch.distributed as dist
 
+    state = as_json(state)
     if not (dist.is_available() and dist.is_initialized()):
         return {"format": GLOBAL_FORMAT, "version": VERSION, "ranks": [state]}
     states: list[Any] = [None] * dist.get_world_size(group)

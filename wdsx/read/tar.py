@@ -185,9 +185,10 @@ def _walk(
     """The tar engine behind :func:`iter_members` (``keep``: each member's data) and
     :func:`scan_headers` (its size; ``skip(n)``, when given, seeks over payloads).
 
-    Yields the members parsed from each fill of the read buffer as one list (a reader then
-    steps through members at C speed, not one generator resumption each); before an error,
-    the members parsed ahead of it. Returns the offset of the end-of-archive marker. See
+    Yields the members parsed from each fill of the read buffer as one list, and before a
+    member is moved to the front of the buffer or assembled outside it (a reader then steps
+    through members at C speed, not one generator resumption each); before an error, the
+    members parsed ahead of it. Returns the offset of the end-of-archive marker. See
     :func:`iter_members` for the rules.
     """
     limit = max_member_bytes() if max_member is None else max_member
@@ -209,8 +210,8 @@ def _walk(
             end = pos + BLOCK
             if end > filled:
                 if out:
-                    yield out
-                    out = []
+                    parsed, out = out, []
+                    yield parsed
                 if pos > filled:  # the padding of the last member lies beyond the buffer
                     if _discard(readinto, view, pos - filled) < pos - filled:
                         raise ShardError(
@@ -238,8 +239,8 @@ def _walk(
                         f"zero block right after the extended header at byte {entry} (its member is missing)",
                     )
                 if out:
-                    yield out
-                    out = []
+                    parsed, out = out, []
+                    yield parsed
                 _check_end(readinto, view, end, filled, base + end, url, offset)
                 return offset
             name_field, size_field, sum_field, kind, prefixed = _unpack_header(buf, pos)
@@ -267,16 +268,13 @@ def _walk(
             # an old-style directory entry is a NUL-type member whose name ends with "/"
             regular = kind in REGULAR and not (kind == 0 and text(name_field).endswith("/"))
             bound = limit
-            if regular:
-                wanted = keep
-                if pending is not None and "size" in pending:
-                    size = int(pending["size"])
-            else:
-                wanted = kind in EXTENDED
-                if wanted:
-                    bound = min(limit, EXTENDED_LIMIT)
-                elif kind in NO_DATA or kind == 0:
-                    size = 0  # no data follows, whatever the size field says
+            wanted = keep if regular else kind in EXTENDED
+            if kind in EXTENDED:
+                bound = min(limit, EXTENDED_LIMIT)
+            elif kind in NO_DATA or (kind == 0 and not regular):
+                size = 0  # no data follows, whatever the size field says
+            elif pending is not None and "size" in pending:  # files, and types tar does not know
+                size = int(pending["size"])
             if size > bound:
                 raise ShardError(
                     url,
@@ -301,8 +299,8 @@ def _walk(
                 pos = padded_end
             elif size + BLOCK <= capacity:  # move the member to the front, then read the rest of it
                 if out:
-                    yield out
-                    out = []
+                    parsed, out = out, []
+                    yield parsed
                 rest = bytes(view[pos:filled])
                 base, filled = base + pos, len(rest)
                 view[:filled] = rest
@@ -320,8 +318,8 @@ def _walk(
                 pos = padded_end
             else:  # a member larger than the buffer is assembled outside it, or passed over
                 if out:
-                    yield out
-                    out = []
+                    parsed, out = out, []
+                    yield parsed
                 have = filled - end
                 if wanted:
                     grown = _grown(readinto, view, view[end:filled], size)

@@ -89,7 +89,8 @@ def open_source(
     """Open the shard at ``url`` so that the first byte read is the one at ``offset``.
 
     ``end``: the caller reads no byte at or past it; a bounded store is then asked for exactly
-    ``[offset, end)`` (one ``Range:`` request, even from offset 0). With ``options.cache_dir``
+    ``[offset, end)`` (one ``Range:`` request, even from offset 0; fsspec fetches in its own
+    blocks, and its source stops at ``end``). With ``options.cache_dir``
     set, remote shards are read through the local cache; there, ``sha256`` (hex) is checked
     against each downloaded copy. Without a cache it is ignored.
     """

@@ -35,6 +35,7 @@ from wdsx.sources.retry import (
     content_range,
     empty_response,
     range_header,
+    wanted_end,
 )
 
 _RETRY_STATUSES = frozenset((408, 425, 429))
@@ -176,10 +177,10 @@ def open_http(
             return _past_end(url, start, exn.headers, lambda: _size(url, where(), options, read_error))
         length = reply.headers.get("Content-Length")
         if reply.status == 206:
-            first, last = content_range(reply.headers.get("Content-Range")) or (start, None)
+            first, total = content_range(reply.headers.get("Content-Range")) or (start, None)
         else:
-            first, last = 0, int(length) if length else None
-        return Response(_HTTPBody(reply), first, last, reply.headers.get("ETag"))
+            first, total = 0, int(length) if length else None
+        return Response(_HTTPBody(reply), first, wanted_end(total, stop), reply.headers.get("ETag"))
 
     return ResumingSource(url, offset, options, connect, end)
 

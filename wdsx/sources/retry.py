@@ -28,6 +28,11 @@ class TransientError(Exception):
     """A failure worth another attempt: a refused, reset or timed-out connection, a 5xx reply."""
 
 
+class _ShortReply(TransientError):
+    """A reply that ended cleanly before the bytes asked for: a server that sends a range in
+    several shorter replies. Reading on asks for the rest at once, without waiting."""
+
+
 class Body(Protocol):
     def read(self, n: int) -> bytes: ...
 
@@ -43,8 +48,9 @@ class Response:
     start: int
     """Offset of the body's first byte: 0 when the server ignored the requested range."""
     end: int | None
-    """Offset one past the body's last byte (the object's size, or the end of the range
-    asked for), when the server said it."""
+    """Offset one past the last byte this response should deliver (the object's size, or the
+    end of the range asked for, when that comes first), when known: a body that stops short
+    of it is a dropped connection, read on from where it stopped."""
     version: str | None = None
     """ETag or similar: a resumed read must see the same version of the object."""
 
@@ -75,13 +81,22 @@ def range_header(start: int, end: int | None) -> str | None:
     return f"bytes={start}-" if start else None
 
 
-def content_range(value: str | None) -> tuple[int, int] | None:
-    """First byte and the offset one past the last from a ``Content-Range: bytes FIRST-LAST/TOTAL``
-    header (for a range open at its end, LAST + 1 is the object's size)."""
-    match = re.fullmatch(r"bytes (\d+)-(\d+)/(?:\d+|\*)", (value or "").strip())
+def content_range(value: str | None) -> tuple[int, int | None] | None:
+    """First byte and total size from a ``Content-Range: bytes FIRST-LAST/TOTAL`` header."""
+    match = re.fullmatch(r"bytes (\d+)-\d+/(\d+|\*)", (value or "").strip())
     if not match:
         return None
-    return int(match.group(1)), int(match.group(2)) + 1
+    total = match.group(2)
+    return int(match.group(1)), None if total == "*" else int(total)
+
+
+def wanted_end(total: int | None, stop: int | None) -> int | None:
+    """Where the bytes asked for end: ``stop`` (a bounded request) or the object's ``total``
+    size, whichever comes first; None when neither is known. A server may send a range in
+    several shorter replies; this, not the reply's own last byte, says when the data ends."""
+    if stop is None or total is None:
+        return total if stop is None else stop
+    return min(stop, total)
 
 
 class Attempts:
@@ -183,6 +198,7 @@ class ResumingSource(Source):
                 self.position,
             )
         self._body_position = response.start
+        self._opened_at = self.position
         return response
 
     def read(self, n: int) -> bytes:
@@ -198,7 +214,8 @@ class ResumingSource(Source):
                 data = self._read_at_position(response, n)
             except TransientError as exn:
                 response.body.close()
-                self._attempts.failed(exn, f"reading at byte {self.position}")
+                if not (isinstance(exn, _ShortReply) and self.position > self._opened_at):
+                    self._attempts.failed(exn, f"reading at byte {self.position}")
                 self._response = self._open()
                 continue
             if data:
@@ -216,7 +233,7 @@ class ResumingSource(Source):
         data = response.body.read(min(n, self.options.chunk))
         self._body_position += len(data)
         if not data and n > 0 and response.end is not None and self.position < response.end:
-            raise TransientError(f"connection closed at byte {self.position} of {response.end}")
+            raise _ShortReply(f"reply ended at byte {self.position}, before byte {response.end}")
         return data
 
     def close(self) -> None:

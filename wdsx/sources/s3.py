@@ -32,6 +32,7 @@ from wdsx.sources.retry import (
     content_range,
     empty_response,
     range_header,
+    wanted_end,
 )
 
 _TRANSIENT_CODES = frozenset(
@@ -142,8 +143,8 @@ def open_s3(url: str, offset: int, options: SourceOptions, *, end: int | None = 
             if error_code(exn.__cause__) != "InvalidRange":
                 raise
             return _past_end(start)
-        first, last = content_range(reply.get("ContentRange")) or (0, reply.get("ContentLength"))
-        return Response(_S3Body(url, reply["Body"]), first, last, reply.get("ETag"))
+        first, total = content_range(reply.get("ContentRange")) or (0, reply.get("ContentLength"))
+        return Response(_S3Body(url, reply["Body"]), first, wanted_end(total, stop), reply.get("ETag"))
 
     def _past_end(start: int) -> Response:
         """An empty response for an offset at the very end; an error for one beyond it."""

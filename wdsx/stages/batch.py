@@ -145,22 +145,27 @@ class Batched(Stage):
             if rows and run.rows is not None:
                 yield from self._whole_batches(run, buffer, held)
             if len(buffer.positions) >= batchsize:
-                yield self._emit(run, buffer, held)
+                yield self._emit(run, buffer, held, index)
         if buffer.positions and self.partial:
-            yield self._emit(run, buffer, held)
+            yield self._emit(run, buffer, held, index)
         buffer.items, buffer.positions = [], []
 
-    def _emit(self, run: Run, buffer: Buffer, held: _Held) -> Any:
+    def _emit(self, run: Run, buffer: Buffer, held: _Held, index: int) -> Any:
         """The batch of everything ``buffer`` holds (after ``held``'s block, if any), which it
         then no longer holds; ``run.position`` says where its items came from."""
-        items, run.position = buffer.items, buffer.positions
+        items, positions = buffer.items, buffer.positions
+        run.position = positions
         buffer.items, buffer.positions = [], []
         if held.batch is None:
             return self._collate(items)
         block, held.batch = held.batch, None
         joined = join_columns(block, default_collation_fn(items)) if items else block
-        # rows that do not join the samples after them are collated with them one by one
-        return joined if joined is not None else self._collate([*_rows(block), *items])
+        if joined is not None:
+            return joined
+        # Rows that do not join the samples after them are read again as the samples they
+        # were, and collated with those one by one: exactly what batching sample by sample gives.
+        rows = run.reread(positions[: len(positions) - len(items)], index)
+        return self._collate([*rows, *items])
 
     def _whole_batches(self, run: Run, buffer: Buffer, held: _Held) -> Iterator:
         """Batches that the reader right before this stage gathers whole from the rows it is

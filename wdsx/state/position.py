@@ -116,8 +116,9 @@ class PositionTable:
         A worker writes a checkpoint with every batch, and a shuffle buffer changes by about a
         batch between two: for a large list seen before (the same list object), only the
         entries that are not the same objects as last time are converted again."""
+        remembered = type(positions) is list and len(positions) >= _REMEMBERED
         held = positions if type(positions) is list else list(positions)
-        recent = self._recent.get(id(held)) if len(held) >= _REMEMBERED else None
+        recent = self._recent.get(id(held)) if remembered else None
         if recent is not None and recent.source is held:
             rows, before = recent.rows, recent.held
             kept = min(len(held), len(before))
@@ -130,8 +131,8 @@ class PositionTable:
             rows[changed] = self._rows([held[i] for i in changed])
         else:
             rows = self._rows(held)
-        if len(held) >= _REMEMBERED:
-            if len(self._recent) >= 8:
+        if remembered:
+            if id(held) not in self._recent and len(self._recent) >= 8:
                 self._recent.pop(next(iter(self._recent)))
             self._recent[id(held)] = _Encoded(held, list(held), rows)
         return PackedPositions(rows.copy()) if self.deferred else _pack_table(rows)
