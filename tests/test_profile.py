@@ -47,6 +47,7 @@ def test_without_profiling_the_loader_still_splits_main_process_time(shards):
     assert loader.stats().batches == 0
 
 
+@pytest.mark.slow  # waits out the stall timeout
 def test_a_stalled_loader_is_reported_with_its_shard_offset_and_stage(shards):
     dataset = wdsx.WebDataset(shards.urls).map(stuck).to_tuple("__key__").batched(5)
     loader = wdsx.WebLoader(dataset, batch_size=None, num_workers=0, profile=True, stall_timeout=0.5)
@@ -57,6 +58,7 @@ def test_a_stalled_loader_is_reported_with_its_shard_offset_and_stage(shards):
     assert "running stage: map(stuck)" in stalls[0]
 
 
+@pytest.mark.slow  # waits out the stall timeout in a worker process
 def test_a_stalled_worker_sends_its_report_to_the_main_process(shards):
     dataset = wdsx.WebDataset(shards.urls).map(stuck).to_tuple("__key__").batched(5)
     loader = wdsx.WebLoader(dataset, batch_size=None, num_workers=1, stall_timeout=0.5)

@@ -105,6 +105,7 @@ def test_epoch_end_checkpoint_resumes_with_the_next_epochs_order(uneven_shards):
     assert [k for (k,) in resumed] == epoch1 != epoch0
 
 
+@pytest.mark.slow  # starts a new Python process
 def test_resume_in_a_fresh_process(uneven_shards, tmp_path):
     """The restored run happens in another Python process, as after a crash."""
     args = (uneven_shards.urls, True, 100, 8, 2, (20, 6))

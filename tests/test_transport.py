@@ -124,7 +124,7 @@ class Arrays(torch.utils.data.IterableDataset):
             yield torch.from_numpy(array_for(index).astype(np.uint8)), index
 
 
-@pytest.mark.parametrize("context", ["fork", "spawn"])
+@pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
 def test_a_dataset_that_is_not_a_wdsx_pipeline_is_sent_the_same_way(context):
     loader = wdsx.WebLoader(Arrays(), batch_size=16, num_workers=2, multiprocessing_context=context)
     batches = list(loader)
