@@ -233,3 +233,26 @@ def test_wdsx_bench_prints_each_sources_share(three, capsys):
     assert status == 0
     assert f"source 0: {sum(three[0].counts)} samples" in printed
     assert f"source 1: {sum(three[2].counts)} samples" in printed
+
+
+def test_samples_re_read_into_a_buffer_after_the_mixer_say_their_epoch_is_unknown(three):
+    """The resumed run yields the uninterrupted run's samples; those re-read into a buffer after
+    the mixer carry no epoch seed (which epoch of its source each was read in is not kept), so
+    per-sample randomness drawn on them says so instead of differing silently."""
+
+    def make():
+        sources = [wdsx.WebDataset(shards.urls, shardshuffle=True) for shards in three[:2]]
+        return wdsx.Mix(sources, [1, 1]).shuffle(20)
+
+    full = [sample["__key__"] for sample in make()]
+    dataset = make()
+    samples = iter(dataset)
+    head = [next(samples)["__key__"] for _ in range(30)]
+    resumed = make()
+    resumed.load_state_dict(dataset.state_dict())
+    rest = list(resumed)
+    assert head + [sample["__key__"] for sample in rest] == full
+    unknown = [sample for sample in rest if sample["__epoch_seed__"] is None]
+    assert 0 < len(unknown) <= 20 < len(rest)  # only what the shuffle buffer held
+    with pytest.raises(ValueError, match="epoch cannot be known"):
+        wdsx.sample_rng(unknown[0])

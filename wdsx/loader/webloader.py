@@ -26,13 +26,13 @@ from typing import Any
 
 from wdsx.core import topology as distributed
 from wdsx.core.errors import StateError
-from wdsx.core.sampleseed import epoch_seed, stamp
+from wdsx.core.sampleseed import epoch_seed
 from wdsx.loader import arena, transport
 from wdsx.loader.profile import Clock, LoaderStats, LoaderWatch, WorkerSide
 from wdsx.pipeline import redeal
 from wdsx.pipeline.datapipeline import DataPipeline, register_with_torch
 from wdsx.pipeline.mixing import Mix
-from wdsx.stages.base import Count, RedealTarget, Run, Stage, replay, source_index
+from wdsx.stages.base import Count, RedealTarget, Run, Stage, reread, source_index
 from wdsx.state.checkpoint import FORMAT, VERSION, JsonDict, PipelineState
 from wdsx.state.position import Position, PositionTable, as_json
 
@@ -382,13 +382,7 @@ class LoaderSource(Stage):
 
     def read_positions(self, positions: Sequence[Position]) -> list[Any]:
         """Re-create single items as the DataLoader delivered them (for main-process buffers)."""
-        stages = self.factory.dataset.pipeline
-        index = source_index(stages)
-        assert index is not None, "a resumable dataset has a sample source"
-        samples = stages[index].read_positions(positions)
-        if stages[index].reads_shards:
-            stamp(samples, self.reread_seed)
-        items = replay(samples, stages[index + 1 :])
+        items = reread(self.factory.dataset.pipeline, positions, self.reread_seed)
         return [self.factory.collate_one(item) for item in items]
 
 

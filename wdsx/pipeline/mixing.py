@@ -29,7 +29,7 @@ from wdsx.core.errors import StateError
 from wdsx.core.topology import Topology
 from wdsx.pipeline import redeal
 from wdsx.pipeline.datapipeline import DataPipeline
-from wdsx.stages.base import Count, RedealTarget, Run, Stage, replay, source_index, stage_keys
+from wdsx.stages.base import Count, RedealTarget, Run, Stage, reread, source_index, stage_keys
 from wdsx.stages.batch import default_collation_fn
 from wdsx.state.checkpoint import JsonDict, PipelineState
 from wdsx.state.position import Position, PositionTable
@@ -273,10 +273,8 @@ class MixSource(Stage):
                 f"{position.url} is read by {len(owners)} sources of the mixture; a buffer after the "
                 "mixer can only be restored when each shard belongs to one source"
             )
-        stages = self.sources[owners[0]].pipeline
-        index = source_index(stages)
-        assert index is not None
-        return replay(stages[index].read_positions([position]), stages[index + 1 :])[0]
+        # which epoch of its source the item was read in is not kept: no epoch seed (see EPOCH_SEED)
+        return reread(self.sources[owners[0]].pipeline, [position], None)[0]
 
     def redeal_states(
         self,

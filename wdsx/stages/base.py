@@ -101,17 +101,8 @@ class Run:
         return {key: state.to_json(self.table) for key, state in self.states.items()}
 
     def reread(self, positions: list[Position], upto: int) -> list[Any]:
-        """Re-create items that stage ``upto`` held: read the samples at ``positions`` again and
-        pass each through the stages between the sample source and stage ``upto``."""
-        if not positions:
-            return []
-        if self.source_index is None:
-            raise RuntimeError("no sample source in this pipeline to re-read positions from")
-        source = self.stages[self.source_index]
-        samples = source.read_positions(positions)
-        if source.reads_shards:
-            stamp(samples, self.epoch_seed)
-        return replay(samples, self.stages[self.source_index + 1 : upto])
+        """Re-create items that stage ``upto`` held (see :func:`reread`)."""
+        return reread(self.stages, positions, self.epoch_seed, upto)
 
 
 def stage_keys(stages: Sequence[Stage]) -> list[str]:
@@ -130,6 +121,25 @@ def stage_keys(stages: Sequence[Stage]) -> list[str]:
 def source_index(stages: Sequence[Stage]) -> int | None:
     """Index of the stage that reads shards into positioned samples, if there is one."""
     return next((i for i, stage in enumerate(stages) if stage.produces_samples), None)
+
+
+def reread(
+    stages: Sequence[Stage], positions: Sequence[Position], seed: int | None, upto: int | None = None
+) -> list[Any]:
+    """The items at ``positions`` as stage ``upto`` of ``stages`` received them (None: as the
+    last stage delivered them): the samples read again by the sample source, stamped with the
+    epoch seed ``seed`` as a reader stamps them (None where that epoch cannot be known), and
+    passed through the stages between."""
+    if not positions:
+        return []
+    index = source_index(stages)
+    if index is None:
+        raise RuntimeError("no sample source in this pipeline to re-read positions from")
+    source = stages[index]
+    samples = source.read_positions(positions)
+    if source.reads_shards:
+        stamp(samples, seed)
+    return replay(samples, stages[index + 1 : upto])
 
 
 def replay(items: Iterable[Any], stages: Sequence[Stage]) -> list[Any]:
