@@ -268,13 +268,18 @@ def _walk(
             # an old-style directory entry is a NUL-type member whose name ends with "/"
             regular = kind in REGULAR and not (kind == 0 and text(name_field).endswith("/"))
             bound = limit
-            wanted = keep if regular else kind in EXTENDED
-            if kind in EXTENDED:
-                bound = min(limit, EXTENDED_LIMIT)
-            elif kind in NO_DATA or (kind == 0 and not regular):
-                size = 0  # no data follows, whatever the size field says
-            elif pending is not None and "size" in pending:  # files, and types tar does not know
-                size = int(pending["size"])
+            if regular:
+                wanted = keep
+                if pending is not None and "size" in pending:
+                    size = int(pending["size"])
+            elif kind in EXTENDED:
+                wanted, bound = True, min(limit, EXTENDED_LIMIT)
+            else:
+                wanted = False
+                if kind in NO_DATA or kind == 0:  # (a NUL-type member here is a directory)
+                    size = 0  # no data follows, whatever the size field says
+                elif pending is not None and "size" in pending:  # a type tar does not know
+                    size = int(pending["size"])
             if size > bound:
                 raise ShardError(
                     url,

@@ -78,13 +78,6 @@ class PackedPositions:
     def __reduce__(self) -> tuple[Any, ...]:
         return PackedPositions, (self.rows,)
 
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, (PackedPositions, str)):
-            return self.text() == (other.text() if isinstance(other, PackedPositions) else other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
-
 
 def as_json(state: Any) -> Any:
     """``state`` (JSON, perhaps with :class:`PackedPositions` inside) as plain JSON."""
