@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import wdsx
 from tests.fixtures.records import make_jsonl_shards, read_jsonl, write_jsonl
-from tests.fixtures.trials import EPOCHS, resume_trial
+from tests.fixtures.trials import EPOCHS, TRIAL_SPACE, resume_trial
 from wdsx.read.samples import Cursor
 from wdsx.read.shard import ReadSettings, read_piece
 from wdsx.sources import SourceOptions
@@ -160,14 +160,7 @@ def test_resume_of_compressed_shards_equals_the_uninterrupted_run(tmp_path):
 
 @pytest.mark.slow  # 30 kill/resume trials with worker processes
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(
-    workers=st.sampled_from([None, 0, 1, 2, 3]),
-    shardshuffle=st.booleans(),
-    bufsize=st.sampled_from([0, 1, 7, 100]),
-    batch=st.integers(1, 16),
-    main_stages=st.sampled_from([None, (5, 4), (50, 9)]),
-    cut=st.floats(0, 1),
-)
+@given(shardshuffle=st.booleans(), **TRIAL_SPACE)
 def test_kill_and_resume_trials(small, workers, shardshuffle, bufsize, batch, main_stages, cut):
     resume_trial(
         lambda: build(small.urls, shardshuffle, bufsize, batch, workers, main_stages if workers else None),

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import wdsx
 from tests.fixtures.records import make_npy_shards
-from tests.fixtures.trials import EPOCHS, batch_keys, resume_trial
+from tests.fixtures.trials import EPOCHS, TRIAL_SPACE, batch_keys, resume_trial
 from wdsx.core import rng
 from wdsx.read.npy import draws
 
@@ -170,14 +170,7 @@ def test_resume_equals_the_uninterrupted_run(shards, fused, workers):
 
 @pytest.mark.slow  # 30 kill/resume trials with worker processes
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(
-    workers=st.sampled_from([None, 0, 1, 2, 3]),
-    fused=st.booleans(),
-    bufsize=st.sampled_from([0, 1, 7, 100]),
-    batch=st.integers(1, 16),
-    main_stages=st.sampled_from([None, (5, 4), (50, 9)]),
-    cut=st.floats(0, 1),
-)
+@given(fused=st.booleans(), **TRIAL_SPACE)
 def test_kill_and_resume_trials(shards, workers, fused, bufsize, batch, main_stages, cut):
     resume_trial(
         lambda: build(shards.urls, fused, bufsize, batch, workers, main_stages if workers else None), cut

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import wdsx
+from tests.fixtures.trials import TRIAL_SPACE
 
 EPOCHS = 2
 
@@ -52,14 +53,7 @@ def run_epochs(loader, first_epoch=0, stop_after=None):
 
 @pytest.mark.slow  # 40 kill/resume trials with worker processes
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(
-    workers=st.sampled_from([None, 0, 1, 2, 3]),
-    shardshuffle=st.booleans(),
-    bufsize=st.sampled_from([0, 1, 7, 100]),
-    batch=st.integers(1, 16),
-    main_stages=st.sampled_from([None, (5, 4), (50, 9)]),
-    cut=st.floats(0, 1),
-)
+@given(shardshuffle=st.booleans(), **TRIAL_SPACE)
 def test_resume_equals_uninterrupted_run(
     uneven_shards, workers, shardshuffle, bufsize, batch, main_stages, cut
 ):
