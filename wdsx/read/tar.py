@@ -45,6 +45,7 @@ from wdsx.read.tarheader import (
     PAX_GLOBAL,
     PAX_LOCAL,
     REGULAR,
+    REGULAR_FILE,
     checksum_ok,
     joined,
     long_name,
@@ -265,8 +266,11 @@ def _walk(
                 raise ShardError(
                     url, offset, f"negative member size {size}", _shown(pending, name_field, prefix)
                 )
-            # an old-style directory entry is a NUL-type member whose name ends with "/"
-            regular = kind in REGULAR and not (kind == 0 and text(name_field).endswith("/"))
+            # '0' (the usual type) first; an old-style directory entry is a NUL-type member
+            # whose name ends with "/"
+            regular = kind == REGULAR_FILE or (
+                kind in REGULAR and not (kind == 0 and text(name_field).endswith("/"))
+            )
             bound = limit
             if regular:
                 wanted = keep
@@ -287,7 +291,14 @@ def _walk(
                     f"member size {size} exceeds the limit of {bound} bytes",
                     _shown(pending, name_field, prefix),
                 )
-            if stream_end is not None and offset + BLOCK + size > stream_end:
+            data_end = end + size
+            padded_end = end + ((size + BLOCK - 1) & ~(BLOCK - 1))
+            data = b""
+            if data_end <= filled:  # the member's bytes are here: it cannot be truncated
+                if wanted:
+                    data = bytes(view[end:data_end])
+                pos = padded_end
+            elif stream_end is not None and offset + BLOCK + size > stream_end:
                 raise ShardError(
                     url,
                     offset,
@@ -295,13 +306,6 @@ def _walk(
                     f"{stream_end - offset - BLOCK} bytes left in the shard",
                     _shown(pending, name_field, prefix),
                 )
-            data_end = end + size
-            padded_end = end + ((size + BLOCK - 1) & ~(BLOCK - 1))
-            data = b""
-            if data_end <= filled:
-                if wanted:
-                    data = bytes(view[end:data_end])
-                pos = padded_end
             elif size + BLOCK <= capacity:  # move the member to the front, then read the rest of it
                 if out:
                     parsed, out = out, []

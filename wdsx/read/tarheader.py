@@ -12,7 +12,8 @@ BLOCK = 512
 EXTENDED_LIMIT = 1 << 24
 """The most bytes a pax or GNU long-name header's data may hold (16 MiB)."""
 ZERO_BLOCK = bytes(BLOCK)
-REGULAR = frozenset((0x30, 0x00, 0x37))  # '0', NUL, '7' (contiguous file)
+REGULAR_FILE = 0x30  # '0'
+REGULAR = frozenset((REGULAR_FILE, 0x00, 0x37))  # '0', NUL, '7' (contiguous file)
 NO_DATA = frozenset(b"123456")
 """Links, devices, directories and fifos: no data blocks follow them, whatever their size
 field says (POSIX, and ``tarfile``)."""
