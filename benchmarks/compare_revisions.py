@@ -5,7 +5,12 @@ versions measured alternately in the same run. The other revision is exported wi
 ``git archive`` into a temporary folder; every measurement runs in a fresh interpreter whose
 ``PYTHONPATH`` picks the version, and only the iteration is timed.
 
-    python benchmarks/compare_revisions.py REV [--repeats 5]
+    python benchmarks/compare_revisions.py REV [--repeats 5] [--instructions]
+
+``--instructions`` counts instead the machine instructions one pass of each raw-reading
+pipeline executes per sample, under valgrind's callgrind (one pass is the difference between a
+run of two passes and a run of one): a figure that a busy machine cannot move, for changes
+smaller than its noise. It needs ``valgrind`` (Debian package ``valgrind``) and a few minutes.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -39,6 +46,18 @@ print(json.dumps({{"rate": count / (time.perf_counter() - start), "file": wdsx._
 """
 
 
+COUNT = """
+import warnings
+warnings.filterwarnings("ignore")
+import wdsx
+from benchmarks import bench_read
+build = getattr(bench_read, {builder!r})
+for _ in range({passes}):
+    count = bench_read.count_samples(build(wdsx, {urls!r}), {batched!r})
+print(count)
+"""
+
+
 def export(revision: str, folder: str) -> str:
     """The package and benchmarks of ``revision``, unpacked into ``folder``."""
     archive = subprocess.run(
@@ -52,27 +71,63 @@ def export(revision: str, folder: str) -> str:
     return folder
 
 
+def _run_in(tree: str, code: str, prefix: list[str]) -> subprocess.CompletedProcess:
+    # run in the tree: ``python -c`` puts the working directory first on sys.path
+    env = dict(os.environ, PYTHONPATH=tree)
+    return subprocess.run(
+        [*prefix, sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=tree
+    )
+
+
 def rate(tree: str, builder: str, urls: list[str], batched: bool) -> float:
     code = MEASURE.format(builder=builder, urls=[os.path.abspath(url) for url in urls], batched=batched)
-    env = dict(os.environ, PYTHONPATH=tree)
-    # run in the tree: ``python -c`` puts the working directory first on sys.path
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=tree
-    )
+    done = _run_in(tree, code, [])
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["file"].startswith(tree), f"measured {result['file']}, not the tree under {tree}"
     return float(result["rate"])
+
+
+def instructions_per_sample(tree: str, builder: str, urls: list[str], batched: bool) -> float:
+    """Instructions one pass of the pipeline executes per sample, counted by callgrind."""
+    totals, count = [], 0
+    for passes in (1, 2):
+        code = COUNT.format(
+            builder=builder, urls=[os.path.abspath(url) for url in urls], batched=batched, passes=passes
+        )
+        done = _run_in(tree, code, ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"])
+        found = re.search(r"Collected : (\d+)", done.stderr)
+        assert found, f"no instruction count in valgrind's output:\n{done.stderr[-2000:]}"
+        totals.append(int(found.group(1)))
+        count = int(done.stdout.split()[-1])
+    return (totals[1] - totals[0]) / count
+
+
+def compare_instructions(trees: dict[str, str], shards: dict[str, list[str]]) -> None:
+    print(f"| pipeline (instructions per sample) | {' | '.join(trees)} | ratio |\n|---|---|---|---|")
+    for name, build, which, batched, _ in READ_PIPELINES:
+        if build.__name__ != "raw":  # decoding rows would spend hours in libjpeg under valgrind
+            continue
+        new, old = (
+            instructions_per_sample(tree, build.__name__, shards[which], batched) for tree in trees.values()
+        )
+        print(f"| {name} | {new:,.0f} | {old:,.0f} | {new / old:.3f} |", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("revision")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--instructions", action="store_true", help="count instructions per sample instead")
     args = parser.parse_args()
+    if args.instructions and shutil.which("valgrind") is None:
+        sys.exit("--instructions needs valgrind (apt-get install valgrind)")
     shards = {"tiny": data.tiny_shards(), "jpeg": data.jpeg_shards()}
-    print(f"| pipeline | this checkout | {args.revision} | ratio |\n|---|---|---|---|")
     with tempfile.TemporaryDirectory() as folder:
         trees = {"this checkout": ROOT, args.revision: export(args.revision, folder)}
+        if args.instructions:
+            compare_instructions(trees, shards)
+            return
+        print(f"| pipeline | this checkout | {args.revision} | ratio |\n|---|---|---|---|")
         for name, build, which, batched, _ in READ_PIPELINES:
             rates: dict[str, list[float]] = {label: [] for label in trees}
             for _ in range(args.repeats):
