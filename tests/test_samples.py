@@ -94,6 +94,20 @@ def test_random_groupings_match_webdataset(pairs):
     assert wdsx_samples(data) == expected
 
 
+@settings(max_examples=400, deadline=None)
+@given(st.lists(name_text.filter(bool), min_size=1, max_size=3))
+def test_any_member_names_group_as_webdataset_groups_them(names):
+    """Every name, whichever way the grouping splits it (its fast path or the general rule)."""
+    data = tar_bytes([(name, name.encode()) for name in names])
+    try:
+        expected = webdataset_samples(data)
+    except ValueError:  # a duplicate extension inside one sample
+        with pytest.raises(ShardError, match="duplicate"):
+            wdsx_samples(data)
+        return
+    assert wdsx_samples(data) == expected
+
+
 def test_positions_point_at_each_samples_first_header():
     data = tar_bytes([(f"k{i}.{ext}", bytes([i])) for i in range(5) for ext in ("a", "b")])
     samples = list(group_members(iter_members(io.BytesIO(data), "mem"), "mem", Cursor(0, 0)))

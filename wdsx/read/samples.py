@@ -118,11 +118,19 @@ def group_members(
     plain = rename_files is None and select_files is None
     new_tuple = tuple.__new__  # Position(...) without its constructor's overhead, per sample
     for name, offset, data in members:
-        # The common case of field_of(), inlined: this loop runs once per tar member.
-        slash = name.rfind("/")
-        dot = name.find(".", slash + 1)
-        if plain and dot > slash + 1 and name[:2] != "__" and "\n" not in name:
-            prefix, ext = name[:dot], name[dot + 1 :].lower()
+        # The common case of field_of(), inlined: this loop runs once per tar member. When the
+        # name's first dot is in its basename ("/" does not follow it) and the basename does
+        # not start with it, that dot splits key from extension; any other name takes field_of.
+        prefix, dot, ext = name.partition(".")
+        if (
+            plain
+            and dot
+            and "/" not in ext
+            and prefix[-1:] not in "/"
+            and name[:2] != "__"
+            and "\n" not in name
+        ):
+            ext = ext.lower()
         else:
             field = field_of(name, rename_files, select_files)
             if field is None:
