@@ -25,6 +25,8 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Sequence
+from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
@@ -40,22 +42,14 @@ import wdsx
 from benchmarks import bench_read
 build = getattr(bench_read, {builder!r})
 urls = {urls!r}
-start = time.perf_counter()
-count = bench_read.count_samples(build(wdsx, urls), {batched!r})
-print(json.dumps({{"rate": count / (time.perf_counter() - start), "file": wdsx.__file__}}))
-"""
-
-
-COUNT = """
-import warnings
-warnings.filterwarnings("ignore")
-import wdsx
-from benchmarks import bench_read
-build = getattr(bench_read, {builder!r})
 for _ in range({passes}):
-    count = bench_read.count_samples(build(wdsx, {urls!r}), {batched!r})
-print(count)
+    start = time.perf_counter()
+    count = bench_read.count_samples(build(wdsx, urls), {batched!r})
+    seconds = time.perf_counter() - start
+print(json.dumps({{"rate": count / seconds, "count": count, "file": wdsx.__file__}}))
 """
+"""Runs a pipeline ``passes`` times in a fresh interpreter; prints the last pass's rate, its
+sample count and which wdsx was measured."""
 
 
 def export(revision: str, folder: str) -> str:
@@ -71,34 +65,45 @@ def export(revision: str, folder: str) -> str:
     return folder
 
 
-def _run_in(tree: str, code: str, prefix: list[str]) -> subprocess.CompletedProcess:
-    # run in the tree: ``python -c`` puts the working directory first on sys.path
-    env = dict(os.environ, PYTHONPATH=tree)
-    return subprocess.run(
+def measure(
+    tree: str, builder: str, urls: list[str], batched: bool, passes: int = 1, prefix: Sequence[str] = ()
+) -> tuple[dict[str, Any], str]:
+    """:data:`MEASURE` run with ``tree``'s wdsx (under the command ``prefix``, if any): its
+    result and its standard error."""
+    code = MEASURE.format(
+        builder=builder, urls=[os.path.abspath(url) for url in urls], batched=batched, passes=passes
+    )
+    # run in the tree: ``python -c`` puts the working directory first on sys.path; one string
+    # hash seed for every run, so that dictionaries are laid out (and counted) alike
+    env = dict(os.environ, PYTHONPATH=tree, PYTHONHASHSEED="0")
+    done = subprocess.run(
         [*prefix, sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=tree
     )
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["file"].startswith(tree), f"measured {result['file']}, not the tree under {tree}"
+    return result, done.stderr
 
 
 def rate(tree: str, builder: str, urls: list[str], batched: bool) -> float:
-    code = MEASURE.format(builder=builder, urls=[os.path.abspath(url) for url in urls], batched=batched)
-    done = _run_in(tree, code, [])
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["file"].startswith(tree), f"measured {result['file']}, not the tree under {tree}"
-    return float(result["rate"])
+    return float(measure(tree, builder, urls, batched)[0]["rate"])
 
 
 def instructions_per_sample(tree: str, builder: str, urls: list[str], batched: bool) -> float:
     """Instructions one pass of the pipeline executes per sample, counted by callgrind."""
     totals, count = [], 0
     for passes in (1, 2):
-        code = COUNT.format(
-            builder=builder, urls=[os.path.abspath(url) for url in urls], batched=batched, passes=passes
+        result, errors = measure(
+            tree,
+            builder,
+            urls,
+            batched,
+            passes,
+            ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"],
         )
-        done = _run_in(tree, code, ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"])
-        found = re.search(r"Collected : (\d+)", done.stderr)
-        assert found, f"no instruction count in valgrind's output:\n{done.stderr[-2000:]}"
+        found = re.search(r"Collected : (\d+)", errors)
+        assert found, f"no instruction count in valgrind's output:\n{errors[-2000:]}"
         totals.append(int(found.group(1)))
-        count = int(done.stdout.split()[-1])
+        count = result["count"]
     return (totals[1] - totals[0]) / count
 
 
