@@ -26,7 +26,8 @@ def simplejpeg_rgb(data: bytes) -> Any:
 
 
 def pillow_rgb(data: bytes) -> Any:
-    """What ``decode("pil")`` runs: Pillow opens, loads and converts to RGB."""
+    """What ``decode("pil")`` runs: Pillow opens and loads, and converts to RGB an image in
+    another mode (an RGB image needs no copy)."""
     import io
 
     import PIL.Image
@@ -34,7 +35,7 @@ def pillow_rgb(data: bytes) -> Any:
     with io.BytesIO(data) as stream:
         image = PIL.Image.open(stream)
         image.load()
-        return image.convert("RGB")
+        return image if image.mode == "RGB" else image.convert("RGB")
 
 
 def _decode_share(

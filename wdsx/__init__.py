@@ -72,8 +72,9 @@ from wdsx.read.manifest import Manifest
 from wdsx.read.samples import POSITION
 from wdsx.sources import SourceOptions
 from wdsx.stages.base import Stage, pipelinefilter, stateless
-from wdsx.stages.batch import batched, collate_torch, default_collation_fn, listed, unbatched, unlisted
+from wdsx.stages.batch import batched, listed, unbatched, unlisted
 from wdsx.stages.caching import Cached, LMDBCached
+from wdsx.stages.collate import collate_torch, default_collation_fn
 from wdsx.stages.custom import PipelineStage
 from wdsx.stages.plain import repeatedly
 from wdsx.stages.reading import tarfile_samples, tarfile_to_samples

@@ -3,8 +3,9 @@
 from wdsx.core.errors import reraise_exception
 from wdsx.core.faces import absent_names
 from wdsx.stages.base import pipelinefilter
-from wdsx.stages.batch import batched, default_collation_fn, unbatched, unlisted
+from wdsx.stages.batch import batched, unbatched, unlisted
 from wdsx.stages.caching import Cached, LMDBCached
+from wdsx.stages.collate import default_collation_fn
 from wdsx.stages.plain import compose, compose2, identity, pipeline
 from wdsx.stages.shuffle import detshuffle, shuffle
 from wdsx.stages.transforms import (

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from wdsx.core.errors import Handler, reraise_exception
-from wdsx.stages import batch, caching, resized, shuffle
+from wdsx.stages import batch, caching, collate, resized, shuffle
 from wdsx.stages import transforms as stages
 
 F = TypeVar("F", bound="FluidInterface")
@@ -37,7 +37,10 @@ class FluidInterface:
         self.close()
 
     def batched(
-        self, batchsize: int, collation_fn: Callable | None = batch.default_collation_fn, partial: bool = True
+        self,
+        batchsize: int,
+        collation_fn: Callable | None = collate.default_collation_fn,
+        partial: bool = True,
     ) -> Any:
         return self.compose(batch.batched(batchsize, collation_fn, partial))
 

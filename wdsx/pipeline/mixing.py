@@ -30,7 +30,7 @@ from wdsx.core.topology import Topology
 from wdsx.pipeline import redeal
 from wdsx.pipeline.datapipeline import DataPipeline
 from wdsx.stages.base import Count, RedealTarget, Run, Stage, reread, source_index, stage_keys
-from wdsx.stages.batch import default_collation_fn
+from wdsx.stages.collate import default_collation_fn
 from wdsx.state.checkpoint import JsonDict, PipelineState
 from wdsx.state.position import Position, PositionTable
 

@@ -1,104 +1,21 @@
-"""Batching and unbatching, with webdataset's collation and checkpointable partial batches.
+"""Batching and unbatching, with webdataset's collation (:mod:`wdsx.stages.collate`) and
+checkpointable partial batches.
 
-``default_collation_fn`` follows webdataset: per field, ints and floats become a numpy array,
-numpy arrays are stacked with numpy, torch tensors with torch, anything else becomes a list.
 A batch is emitted as soon as it is full, so at every batch boundary the batcher holds nothing
 and a checkpoint there is just the upstream state.
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
-import numpy as np
-
-from wdsx.core import allocate
 from wdsx.core.sampleseed import EPOCH_SEED
 from wdsx.read.rows import RowColumn, join_columns
 from wdsx.stages.base import Count, Run, Stage
 from wdsx.stages.buffer import Buffer, attach_buffer
-
-
-def _is_tensor(value: Any) -> bool:
-    if "torch" not in sys.modules:
-        return False
-    import torch
-
-    return isinstance(value, torch.Tensor)
-
-
-def _combine(values: list, combine_tensors: bool, combine_scalars: bool) -> Any:
-    first = values[0]
-    if isinstance(first, (int, float)):
-        return np.array(values) if combine_scalars else values
-    if isinstance(first, np.ndarray):
-        if not combine_tensors:
-            return values
-        _check_shapes(values)
-        return _stack_arrays(values)
-    if _is_tensor(first):
-        if not combine_tensors:
-            return values
-        _check_shapes(values)
-        return _stack_tensors(values)
-    return values
-
-
-def _stack_arrays(values: list[np.ndarray]) -> np.ndarray:
-    """``np.array(values)``; inside a WebLoader worker, built in the shared memory the batch
-    travels in (:mod:`wdsx.core.allocate`), which saves copying it there afterwards."""
-    dtype = values[0].dtype
-    if not allocate.shared() or dtype.hasobject or any(value.dtype != dtype for value in values):
-        return np.array(values)
-    return np.stack(values, out=allocate.empty((len(values), *values[0].shape), dtype))
-
-
-def _stack_tensors(values: list) -> Any:
-    """``torch.stack(values)``, built like :func:`_stack_arrays` where it can be."""
-    import torch
-
-    first = values[0]
-    if not allocate.shared() or any(
-        value.dtype != first.dtype or value.device.type != "cpu" or value.requires_grad for value in values
-    ):
-        return torch.stack(values)
-    try:
-        dtype = torch.empty(0, dtype=first.dtype).numpy().dtype
-    except TypeError:  # a torch type numpy lacks (bfloat16...)
-        return torch.stack(values)
-    return torch.stack(values, out=torch.from_numpy(allocate.empty((len(values), *first.shape), dtype)))
-
-
-def _check_shapes(values: list) -> None:
-    shapes = {tuple(value.shape) for value in values}
-    if len(shapes) > 1:
-        raise ValueError(f"cannot stack values of different shapes {sorted(shapes)} into a batch")
-
-
-def default_collation_fn(
-    samples: Sequence[Any], combine_tensors: bool = True, combine_scalars: bool = True
-) -> Any:
-    """Collate tuples (into a tuple of columns) or dicts (into a dict of columns)."""
-    first = samples[0]
-    if isinstance(first, dict):
-        keys = set(first)
-        for sample in samples[1:]:
-            if set(sample) != keys:
-                raise ValueError(
-                    f"samples in a batch have different fields: {sorted(keys)} vs {sorted(sample)}"
-                )
-        return {key: _combine([s[key] for s in samples], combine_tensors, combine_scalars) for key in first}
-    columns = zip(*samples)
-    return tuple(_combine(list(column), combine_tensors, combine_scalars) for column in columns)
-
-
-def collate_torch(samples: Sequence[Any]) -> Any:
-    """Collate into torch tensors with torch's ``default_collate`` (numbers and arrays too)."""
-    from torch.utils.data import default_collate
-
-    return default_collate(list(samples))
+from wdsx.stages.collate import default_collation_fn
+from wdsx.stages.filling import Filling
 
 
 class Batched(Stage):
@@ -138,24 +55,35 @@ class Batched(Stage):
         buffer = attach_buffer(run, index)
         batchsize = self.batchsize
         rows = self.collation_fn is default_collation_fn and run.source_index == index - 1
+        fills = self.collation_fn is default_collation_fn and not rows
         held = _Held()
+        filling: Filling | None = None  # this batch, collated while it fills, where that gains
         for item in upstream:
-            buffer.items.append(item)
             buffer.positions.append(run.position)
+            if filling is not None:
+                filling.add(item)
+            elif fills and not buffer.items and Filling.worth(item):
+                filling = Filling(item, batchsize)
+                filling.add(item)
+            else:
+                buffer.items.append(item)
             if rows and run.rows is not None:
                 yield from self._whole_batches(run, buffer, held)
             if len(buffer.positions) >= batchsize:
-                yield self._emit(run, buffer, held, index)
+                yield self._emit(run, buffer, held, index, filling)
+                filling = None
         if buffer.positions and self.partial:
-            yield self._emit(run, buffer, held, index)
+            yield self._emit(run, buffer, held, index, filling)
         buffer.items, buffer.positions = [], []
 
-    def _emit(self, run: Run, buffer: Buffer, held: _Held, index: int) -> Any:
-        """The batch of everything ``buffer`` holds (after ``held``'s block, if any), which it
-        then no longer holds; ``run.position`` says where its items came from."""
+    def _emit(self, run: Run, buffer: Buffer, held: _Held, index: int, filling: Filling | None = None) -> Any:
+        """The batch of everything ``buffer`` (or ``filling``) holds (after ``held``'s block, if
+        any), which it then no longer holds; ``run.position`` says where its items came from."""
         items, positions = buffer.items, buffer.positions
         run.position = positions
         buffer.items, buffer.positions = [], []
+        if filling is not None:
+            return filling.result()
         if held.batch is None:
             return self._collate(items)
         block, held.batch = held.batch, None

@@ -21,7 +21,8 @@ from typing import Any
 
 from wdsx.codecs import batchdecode
 from wdsx.core import allocate
-from wdsx.stages.batch import Batched, default_collation_fn
+from wdsx.stages.batch import Batched
+from wdsx.stages.collate import default_collation_fn
 from wdsx.stages.transforms import Transform
 
 

@@ -30,7 +30,8 @@ from wdsx.codecs import batchdecode
 from wdsx.codecs.decode import Decoder, ImageHandler, basichandlers, gzfilter
 from wdsx.core.errors import reraise_exception
 from wdsx.stages.base import Run, Stage, source_index
-from wdsx.stages.batch import Batched, default_collation_fn
+from wdsx.stages.batch import Batched
+from wdsx.stages.collate import default_collation_fn
 from wdsx.stages.decodebatch import DecodeBatched
 from wdsx.stages.shuffle import Shuffle
 from wdsx.stages.transforms import Transform

