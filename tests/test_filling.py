@@ -69,7 +69,7 @@ def assert_same(got: Any, expected: Any) -> None:
         assert np.array_equal(got, expected)
     elif isinstance(expected, torch.Tensor):
         assert got.dtype == expected.dtype and got.shape == expected.shape
-        assert got.requires_grad == expected.requires_grad
+        assert got.requires_grad == expected.requires_grad and got.stride() == expected.stride()
         assert torch.equal(got.detach(), expected.detach())
     else:
         assert got == expected
@@ -108,12 +108,28 @@ def test_batches_equal_webdatasets_collation_of_the_held_items(size, variants, a
         assert next(got, None) is None
 
 
+@pytest.mark.parametrize(
+    ("make", "size"),
+    [
+        (lambda index: np.full((128, 128), index, ">f4"), 3),  # np.array makes the byte order native
+        (lambda index: torch.full((1, 3, 128, 128), float(index)).to(memory_format=torch.channels_last), 3),
+        (lambda index: np.full((256, 256), index, np.float32), 10**6),  # a batch too large to allocate whole
+    ],
+    ids=["big-endian", "channels-last", "huge-batch-size"],
+)
+def test_values_whose_stack_is_not_a_plain_copy(make, size):
+    items = [(make(index), index) for index in range(3)]
+    (batch,) = wdsx.DataPipeline(lambda: iter(items), wdsx.batched(size))
+    assert_same(batch, wds.filters.default_collation_fn(items))
+
+
 def transform(sample: dict) -> tuple:
     """A user transform that makes large arrays per sample, as image transforms do; the sample's
     number (shard x 100 + index) in every one."""
     key = sample["__key__"]
     number = 100 * int(key[1:4]) + int(key[5:])
-    return torch.full(BIG, float(number)), np.full((64, 256), number, np.float32), number
+    channels_last = torch.full((1, *BIG), float(number)).to(memory_format=torch.channels_last)
+    return torch.full(BIG, float(number)), np.full((64, 256), number, np.float32), number, channels_last
 
 
 def test_a_webloader_sends_the_batches_webdataset_sends(tmp_path):

@@ -201,8 +201,8 @@ def pack(batch: Any, pool: SegmentPool, claim: Claim | None = None, session: str
     def take_tensor(value: Any) -> Any:
         if type(value) is not torch.Tensor or value.device.type != "cpu" or value.requires_grad:
             return value
-        if value.is_sparse or value.is_quantized:
-            return value
+        if value.is_sparse or value.is_quantized or not value.is_contiguous():
+            return value  # PyTorch's own way keeps its strides (a channels-last batch stays one)
         tensors.append(value)
         return _Slot(len(tensors) - 1)
 

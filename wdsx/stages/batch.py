@@ -62,7 +62,7 @@ class Batched(Stage):
             buffer.positions.append(run.position)
             if filling is not None:
                 filling.add(item)
-            elif fills and not buffer.items and Filling.worth(item):
+            elif fills and not buffer.items and Filling.worth(item, batchsize):
                 filling = Filling(item, batchsize)
                 filling.add(item)
             else:
@@ -70,8 +70,8 @@ class Batched(Stage):
             if rows and run.rows is not None:
                 yield from self._whole_batches(run, buffer, held)
             if len(buffer.positions) >= batchsize:
-                yield self._emit(run, buffer, held, index, filling)
-                filling = None
+                batch, filling = self._emit(run, buffer, held, index, filling), None
+                yield batch
         if buffer.positions and self.partial:
             yield self._emit(run, buffer, held, index, filling)
         buffer.items, buffer.positions = [], []

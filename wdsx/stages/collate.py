@@ -46,7 +46,12 @@ def _stack_arrays(values: list[np.ndarray]) -> np.ndarray:
     """``np.array(values)``; inside a WebLoader worker, built in the shared memory the batch
     travels in (:mod:`wdsx.core.allocate`), which saves copying it there afterwards."""
     dtype = values[0].dtype
-    if not allocate.shared() or dtype.hasobject or any(value.dtype != dtype for value in values):
+    if (
+        not allocate.shared()
+        or not dtype.isnative
+        or dtype.hasobject
+        or any(value.dtype != dtype for value in values)
+    ):
         return np.array(values)
     return np.stack(values, out=allocate.empty((len(values), *values[0].shape), dtype))
 
@@ -57,7 +62,11 @@ def _stack_tensors(values: list) -> Any:
 
     first = values[0]
     if not allocate.shared() or any(
-        value.dtype != first.dtype or value.device.type != "cpu" or value.requires_grad for value in values
+        value.dtype != first.dtype
+        or value.device.type != "cpu"
+        or value.requires_grad
+        or (value.dim() > 3 and not value.is_contiguous())  # torch.stack keeps channels-last layouts
+        for value in values
     ):
         return torch.stack(values)
     try:

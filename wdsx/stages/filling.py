@@ -31,22 +31,40 @@ SLOT_BYTES = 1 << 16
 """Smaller values are held and stacked at the end: for them copying item by item costs more
 Python work than the caches save."""
 
+BATCH_BYTES = 1 << 30
+"""A batch is allocated whole when its first item arrives; a larger one (a ``batched(n)`` with
+a huge ``n`` that collects a few items) is held and stacked at the end, as large as its items."""
+
 
 def _array_of(value: Any) -> np.ndarray | None:
     """The array a value is copied from into a slot: itself for a plain numpy array, its numpy
-    view for a CPU tensor without grad; None for anything else."""
+    view for a CPU tensor without grad; None for anything else, and for values whose stack
+    differs from a plain copy of each into its row (``np.array`` converts a non-native byte
+    order to native; ``torch.stack`` keeps a channels-last layout, which 4-D and 5-D tensors
+    that are not contiguous may have)."""
     if type(value) is np.ndarray:
-        return value if not value.dtype.hasobject else None
+        return value if value.dtype.isnative and not value.dtype.hasobject else None
     if "torch" not in sys.modules:
         return None
     import torch
 
     if type(value) is not torch.Tensor or value.requires_grad or value.device.type != "cpu":
         return None
+    if value.dim() > 3 and not value.is_contiguous():
+        return None
     try:
         return value.numpy()
     except (TypeError, RuntimeError):  # a dtype numpy lacks, a sparse tensor, a conjugate view...
         return None
+
+
+def _slot_array(value: Any, size: int) -> np.ndarray | None:
+    """:func:`_array_of` a value worth a row in a batch of ``size``: of at least
+    :data:`SLOT_BYTES`, in a batch of at most :data:`BATCH_BYTES`."""
+    array = _array_of(value)
+    if array is None or array.nbytes < SLOT_BYTES or array.nbytes * size > BATCH_BYTES:
+        return None
+    return array
 
 
 class _Slots:
@@ -103,22 +121,22 @@ class Filling:
         self.length = len(first)
         self.columns: list[_Slots | list] = []
         for value in first.values() if self.keys is not None else first:
-            array = _array_of(value)
-            big = array is not None and array.nbytes >= SLOT_BYTES
-            self.columns.append(_Slots(value, array, size) if array is not None and big else [])
+            array = _slot_array(value, size)
+            self.columns.append(_Slots(value, array, size) if array is not None else [])
         self.items: list | None = None
         """The items, once one of another structure came: then collated at the end as held."""
 
     @staticmethod
-    def worth(first: Any) -> bool:
-        """Whether items like ``first`` (a tuple or dict holding a large array or tensor) gain."""
+    def worth(first: Any, size: int) -> bool:
+        """Whether batches of ``size`` items like ``first`` (a tuple or dict holding a large
+        array or tensor) gain."""
         if type(first) is dict:
             values: Any = first.values()
         elif type(first) is tuple:
             values = first
         else:
             return False
-        return any((array := _array_of(value)) is not None and array.nbytes >= SLOT_BYTES for value in values)
+        return any(_slot_array(value, size) is not None for value in values)
 
     def add(self, item: Any) -> None:
         if self.items is None and not self._fits(item):
