@@ -10,10 +10,11 @@ transform allocates is the same, still-cached memory. On the tutorial pipeline
 sample.
 
 The batch equals the one collating the held items gives, value for value and type for type,
-and so do its errors: a value that does not fit its column's slots (another type, shape or
-dtype, a tensor that needs grad) turns that column back into held values, and an item of
-another structure turns the whole batch back into held items, collated at the end as
-before. One difference: a value is copied when it arrives, so a stage that later overwrites
+and so do its errors. Values whose stack is not a plain copy of each (a non-native byte order,
+a channels-last tensor) are held from the start. A value that does not fit its column's slots
+(another type, shape or dtype, a tensor that needs grad) turns that column back into held
+values, and an item of another structure turns the whole batch back into held items, collated
+at the end as before. One difference: a value is copied when it arrives, so a stage that later overwrites
 an array it has already passed on no longer changes the batch.
 """
 
