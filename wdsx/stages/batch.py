@@ -62,8 +62,7 @@ class Batched(Stage):
             buffer.positions.append(run.position)
             if filling is not None:
                 filling.add(item)
-            elif fills and not buffer.items and Filling.worth(item, batchsize):
-                filling = Filling(item, batchsize)
+            elif fills and not buffer.items and (filling := Filling.start(item, batchsize)) is not None:
                 filling.add(item)
             else:
                 buffer.items.append(item)

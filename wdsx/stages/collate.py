@@ -42,38 +42,56 @@ def combine_column(values: list, combine_tensors: bool, combine_scalars: bool) -
     return values
 
 
+def plain_array(value: Any) -> np.ndarray | None:
+    """The array whose copy stands for ``value`` in a stacked batch: itself for a plain numpy
+    array, its numpy view for a CPU tensor without grad. None for anything else, and for values
+    whose stack is not a plain copy of each (``np.array`` turns a non-native byte order native;
+    ``torch.stack`` keeps a channels-last layout, which 4-D and 5-D tensors that are not
+    contiguous may have)."""
+    if type(value) is np.ndarray:
+        return value if value.dtype.isnative and not value.dtype.hasobject else None
+    if "torch" not in sys.modules:
+        return None
+    import torch
+
+    if type(value) is not torch.Tensor or value.requires_grad or value.device.type != "cpu":
+        return None
+    if value.dim() > 3 and not value.is_contiguous():
+        return None
+    try:
+        return value.numpy()
+    except (TypeError, RuntimeError):  # a dtype numpy lacks, a sparse tensor, a conjugate view...
+        return None
+
+
+def _stacked_in_batch_memory(values: list) -> np.ndarray | None:
+    """Inside a WebLoader worker, same-typed values stacked straight into the shared memory the
+    batch travels in (:mod:`wdsx.core.allocate`), which saves copying it there afterwards;
+    None elsewhere, and where the stack is not a plain copy of each value (:func:`plain_array`)."""
+    if not allocate.shared():
+        return None
+    kind = type(values[0])
+    arrays: list[np.ndarray] = []
+    for value in values:
+        array = plain_array(value) if type(value) is kind else None
+        if array is None or array.dtype != (arrays[0] if arrays else array).dtype:
+            return None
+        arrays.append(array)
+    return np.stack(arrays, out=allocate.empty((len(arrays), *arrays[0].shape), arrays[0].dtype))
+
+
 def _stack_arrays(values: list[np.ndarray]) -> np.ndarray:
-    """``np.array(values)``; inside a WebLoader worker, built in the shared memory the batch
-    travels in (:mod:`wdsx.core.allocate`), which saves copying it there afterwards."""
-    dtype = values[0].dtype
-    if (
-        not allocate.shared()
-        or not dtype.isnative
-        or dtype.hasobject
-        or any(value.dtype != dtype for value in values)
-    ):
-        return np.array(values)
-    return np.stack(values, out=allocate.empty((len(values), *values[0].shape), dtype))
+    """``np.array(values)``, in batch memory where it can be."""
+    stacked = _stacked_in_batch_memory(values)
+    return np.array(values) if stacked is None else stacked
 
 
 def _stack_tensors(values: list) -> Any:
-    """``torch.stack(values)``, built like :func:`_stack_arrays` where it can be."""
+    """``torch.stack(values)``, in batch memory where it can be."""
     import torch
 
-    first = values[0]
-    if not allocate.shared() or any(
-        value.dtype != first.dtype
-        or value.device.type != "cpu"
-        or value.requires_grad
-        or (value.dim() > 3 and not value.is_contiguous())  # torch.stack keeps channels-last layouts
-        for value in values
-    ):
-        return torch.stack(values)
-    try:
-        dtype = torch.empty(0, dtype=first.dtype).numpy().dtype
-    except TypeError:  # a torch type numpy lacks (bfloat16...)
-        return torch.stack(values)
-    return torch.stack(values, out=torch.from_numpy(allocate.empty((len(values), *first.shape), dtype)))
+    stacked = _stacked_in_batch_memory(values)
+    return torch.stack(values) if stacked is None else torch.from_numpy(stacked)
 
 
 def _check_shapes(values: list) -> None:

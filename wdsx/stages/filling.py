@@ -20,13 +20,12 @@ an array it has already passed on no longer changes the batch.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import numpy as np
 
 from wdsx.core import allocate
-from wdsx.stages.collate import combine_column, default_collation_fn
+from wdsx.stages.collate import combine_column, default_collation_fn, plain_array
 
 SLOT_BYTES = 1 << 16
 """Smaller values are held and stacked at the end: for them copying item by item costs more
@@ -37,32 +36,10 @@ BATCH_BYTES = 1 << 30
 a huge ``n`` that collects a few items) is held and stacked at the end, as large as its items."""
 
 
-def _array_of(value: Any) -> np.ndarray | None:
-    """The array a value is copied from into a slot: itself for a plain numpy array, its numpy
-    view for a CPU tensor without grad; None for anything else, and for values whose stack
-    differs from a plain copy of each into its row (``np.array`` converts a non-native byte
-    order to native; ``torch.stack`` keeps a channels-last layout, which 4-D and 5-D tensors
-    that are not contiguous may have)."""
-    if type(value) is np.ndarray:
-        return value if value.dtype.isnative and not value.dtype.hasobject else None
-    if "torch" not in sys.modules:
-        return None
-    import torch
-
-    if type(value) is not torch.Tensor or value.requires_grad or value.device.type != "cpu":
-        return None
-    if value.dim() > 3 and not value.is_contiguous():
-        return None
-    try:
-        return value.numpy()
-    except (TypeError, RuntimeError):  # a dtype numpy lacks, a sparse tensor, a conjugate view...
-        return None
-
-
 def _slot_array(value: Any, size: int) -> np.ndarray | None:
-    """:func:`_array_of` a value worth a row in a batch of ``size``: of at least
-    :data:`SLOT_BYTES`, in a batch of at most :data:`BATCH_BYTES`."""
-    array = _array_of(value)
+    """:func:`~wdsx.stages.collate.plain_array` of a value worth a row in a batch of ``size``:
+    of at least :data:`SLOT_BYTES`, in a batch of at most :data:`BATCH_BYTES`."""
+    array = plain_array(value)
     if array is None or array.nbytes < SLOT_BYTES or array.nbytes * size > BATCH_BYTES:
         return None
     return array
@@ -74,7 +51,7 @@ class _Slots:
     __slots__ = ("rows", "out", "shape", "dtype", "is_tensor")
 
     def __init__(self, head: Any, array: np.ndarray, size: int):
-        """Slots for ``size`` values like ``head`` (whose array :func:`_array_of` gave)."""
+        """Slots for ``size`` values like ``head`` (whose :func:`plain_array` is ``array``)."""
         self.shape, self.dtype = array.shape, array.dtype
         self.is_tensor = type(head) is not np.ndarray
         if self.is_tensor and not allocate.shared():
@@ -94,7 +71,7 @@ class _Slots:
         """Copy ``value`` into row ``index``; False (nothing copied) if it does not fit."""
         if (type(value) is not np.ndarray) != self.is_tensor:
             return False
-        array = _array_of(value)
+        array = plain_array(value)
         if array is None or array.shape != self.shape or array.dtype != self.dtype:
             return False
         self.rows[index] = array
@@ -112,32 +89,33 @@ class _Slots:
 
 
 class Filling:
-    """One batch of up to ``size`` items of the first item's structure (a tuple or a dict),
-    collated while the items are added."""
+    """One batch of items of the first item's structure (a tuple, or a dict with ``keys``),
+    collated while the items are added into ``columns``: slots, or values held."""
 
-    def __init__(self, first: Any, size: int):
-        self.size = size
+    def __init__(self, keys: tuple | None, length: int, columns: list[_Slots | list]):
         self.count = 0
-        self.keys: tuple | None = tuple(first) if type(first) is dict else None
-        self.length = len(first)
-        self.columns: list[_Slots | list] = []
-        for value in first.values() if self.keys is not None else first:
-            array = _slot_array(value, size)
-            self.columns.append(_Slots(value, array, size) if array is not None else [])
+        self.keys, self.length, self.columns = keys, length, columns
         self.items: list | None = None
         """The items, once one of another structure came: then collated at the end as held."""
 
-    @staticmethod
-    def worth(first: Any, size: int) -> bool:
-        """Whether batches of ``size`` items like ``first`` (a tuple or dict holding a large
-        array or tensor) gain."""
+    @classmethod
+    def start(cls, first: Any, size: int) -> Filling | None:
+        """A filling for a batch of ``size`` items like ``first``; None where that gains
+        nothing (``first`` is not a tuple or dict, or holds no large array or tensor)."""
         if type(first) is dict:
+            keys: tuple | None = tuple(first)
             values: Any = first.values()
         elif type(first) is tuple:
-            values = first
+            keys, values = None, first
         else:
-            return False
-        return any(_slot_array(value, size) is not None for value in values)
+            return None
+        arrays = [_slot_array(value, size) for value in values]
+        if all(array is None for array in arrays):
+            return None
+        columns: list[_Slots | list] = [
+            [] if array is None else _Slots(value, array, size) for value, array in zip(values, arrays)
+        ]
+        return cls(keys, len(first), columns)
 
     def add(self, item: Any) -> None:
         if self.items is None and not self._fits(item):
@@ -175,7 +153,7 @@ class Filling:
         columns = [
             column.values(self.count) if isinstance(column, _Slots) else column for column in self.columns
         ]
-        rows = list(zip(*columns)) if columns else [() for _ in range(self.count)]
+        rows = list(zip(*columns))
         if self.keys is not None:
             return [dict(zip(self.keys, row)) for row in rows]
         return rows
