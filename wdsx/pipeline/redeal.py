@@ -15,6 +15,7 @@ This module works with typed values only: the reader's progress
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from wdsx.core.errors import StateError
 from wdsx.read.deal import EpochDeal, Span
@@ -72,6 +73,7 @@ def unread(
     else:
         if progress is not None:
             deal.check_counts(progress.counts)
+            deal = replace(deal, round_robin=progress.round_robin)
         plan = deal.plan(state.seed, state.epoch, state.consumer, state.consumers, world_size)
     held = held_positions(state, stages, skip=index)
     if progress is None:

@@ -142,6 +142,48 @@ def plan_epoch(
     return _deal(units, consumers, counts_in_order is not None, batch, partial, remainder)
 
 
+def webdataset_slot(reader: int, ranks: int, workers: int) -> int:
+    """Which residue of the shard order webdataset gives a reader: its ``split_by_node``
+    keeps every ``ranks``-th shard from ``rank``, then ``split_by_worker`` every
+    ``workers``-th of those from ``worker``, so the reader gets the shards at
+    ``rank + ranks * worker`` modulo ``ranks * workers``."""
+    rank, worker = divmod(reader, workers)
+    return rank + ranks * worker
+
+
+def plan_round_robin(
+    ranks: int,
+    workers: int,
+    counts_in_order: Sequence[int] | None,
+    nshards: int,
+    batch: int = 1,
+    partial: bool = True,
+    remainder: str = "exact",
+) -> list[ConsumerPlan]:
+    """Every consumer's plan for one epoch, dealt as webdataset deals shards: consumer ``r``
+    (rank ``r // workers``, worker ``r % workers``) reads the whole shards of its
+    :func:`webdataset_slot`, in order.
+
+    Whole shards go to their round-robin owner unless shares must be evened out: with counts,
+    under the ``pad``/``drop`` policies (equal batch counts on every rank) or with fewer
+    shards than consumers. Then the same sequence (each consumer's round-robin shards, one
+    consumer after the other) is cut into balanced shares at sample granularity, so each
+    consumer still reads mostly its own shards and only the cut shards move."""
+    consumers = ranks * workers
+    units: list[Unit] = []
+    owned = []
+    for reader in range(consumers):
+        mine = [
+            (Piece(pos, 0, None, 0, False), 1 if counts_in_order is None else counts_in_order[pos])
+            for pos in range(webdataset_slot(reader, ranks, workers), nshards, consumers)
+        ]
+        units.extend(mine)
+        owned.append(sum(size for _, size in mine))
+    counted = counts_in_order is not None
+    balanced = counted and (remainder != "exact" or nshards < consumers)
+    return _deal(units, consumers, counted, batch, partial, remainder, None if balanced else owned)
+
+
 def pieces(span: Span) -> Iterator[Piece]:
     """The per-shard parts of a span, in reading order."""
     last = span.end if span.end_ordinal else span.end - 1
@@ -193,14 +235,21 @@ def reshape(
 
 
 def _deal(
-    units: list[Unit], consumers: int, counted: bool, batch: int, partial: bool, remainder: str
+    units: list[Unit],
+    consumers: int,
+    counted: bool,
+    batch: int,
+    partial: bool,
+    remainder: str,
+    lengths: list[int] | None = None,
 ) -> list[ConsumerPlan]:
     """Give consumer ``c`` the next ``lengths[c]`` samples of the unit sequence, wrapping
-    around to its start (the repeats are marked as padding) when the lengths add up to more."""
+    around to its start (the repeats are marked as padding) when the lengths add up to more.
+    Without ``lengths``, the shares are balanced under the remainder policy."""
     total = sum(size for _, size in units)
-    if counted:
+    if lengths is None and counted:
         lengths = consumer_lengths(total, consumers, batch, partial, remainder)
-    else:
+    elif lengths is None:
         lengths = even_lengths(total, consumers)
     plans = [ConsumerPlan([]) for _ in range(consumers)]
     index, used, lap = 0, 0, 0
@@ -269,6 +318,10 @@ class EpochDeal:
     split_workers: bool = True
     batch: int = 1
     partial: bool = True
+    round_robin: bool = True
+    """Deal whole shards round-robin as webdataset does (:func:`plan_round_robin`); False:
+    contiguous spans of the order (:func:`plan_epoch`), how checkpoints written before
+    wdsx dealt round-robin were dealt."""
 
     def with_counts(self, counts: Sequence[int] | None) -> EpochDeal:
         return replace(self, counts=None if counts is None else tuple(counts))
@@ -312,7 +365,14 @@ class EpochDeal:
         """What reader ``reader`` of ``readers`` reads in ``epoch``."""
         order = self.order(seed, epoch)
         remainder = self.remainder_for(world_size)
-        plans = plan_epoch(readers, self._counts_in(order), len(order), self.batch, self.partial, remainder)
+        counts = self._counts_in(order)
+        ranks = world_size if self.split_ranks else 1
+        if self.round_robin:
+            plans = plan_round_robin(
+                ranks, readers // ranks, counts, len(order), self.batch, self.partial, remainder
+            )
+        else:
+            plans = plan_epoch(readers, counts, len(order), self.batch, self.partial, remainder)
         return plans[reader]
 
     def share_size(self, seed: int, epoch: int, reader: int, readers: int, world_size: int) -> int:

@@ -38,6 +38,9 @@ class ReaderProgress:
     plan: deal.ConsumerPlan | None = None
     explicit: bool = False
     """The plan came from a re-deal (and is stored), not from the epoch."""
+    round_robin: bool = True
+    """The epoch's plan deals whole shards round-robin; False in states written before wdsx
+    dealt that way (their plans were contiguous spans, and are recomputed as such)."""
 
     def to_json(self, table: PositionTable) -> JsonDict:
         data: JsonDict = {
@@ -51,6 +54,7 @@ class ReaderProgress:
             "taken": self.taken,
             "done": self.done,
             "counts": self.counts,
+            "deal": "round-robin" if self.round_robin else "spans",
         }
         if self.explicit and self.plan is not None:
             data["plan"] = self.plan.to_json(table)
@@ -72,6 +76,7 @@ class ReaderProgress:
             counts=data.get("counts"),
             plan=plan,
             explicit=plan is not None,
+            round_robin=data.get("deal") == "round-robin",
         )
 
     @classmethod

@@ -11,6 +11,7 @@ offset (:mod:`wdsx.read.shard`) instead of re-reading its beginning.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from wdsx.core import rng
@@ -165,6 +166,7 @@ class ShardReader(ShardStage):
             deal = self.epoch_deal(run.stages, index)
             if restored and not progress.explicit:
                 deal.check_counts(progress.counts)
+                deal = replace(deal, round_robin=progress.round_robin)
             order = deal.order(run.seed, run.epoch)
             topology = run.topology
             me, readers = deal.reader_of(
