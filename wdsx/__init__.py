@@ -26,6 +26,14 @@ from wdsx import (
     utils,
     writer,
 )
+from wdsx.cache import (
+    LRUCleanup,
+    cached_tarfile_samples,
+    cached_tarfile_to_samples,
+    lru_cleanup,
+    maybe_cached_tarfile_to_samples,
+)
+from wdsx.cborsiterators import cbors2_to_samples, cbors_to_samples
 from wdsx.codecs.decode import (
     Continue,
     Decoder,
@@ -40,6 +48,7 @@ from wdsx.codecs.decode import (
     torch_video,
 )
 from wdsx.codecs.encoders import numpy_dumps, torch_dumps
+from wdsx.codecs.legacydecode import weights_only as _weights_only
 from wdsx.core.errors import (
     DecodingError,
     NoSamplesError,
@@ -54,11 +63,12 @@ from wdsx.core.errors import (
     warn_and_continue,
     warn_and_stop,
 )
-from wdsx.core.faces import absent_names as _absent_names
+from wdsx.core.faces import environment_setting as _environment_setting
+from wdsx.core.faces import flag as _flag
+from wdsx.core.faces import live_settings as _live_settings
 from wdsx.core.topology import pytorch_worker_info
 from wdsx.core.utilities import pipe_cleaner
-from wdsx.gopen import ABSENT as _GOPEN_ABSENT
-from wdsx.gopen import gopen
+from wdsx.gopen import gopen, gopen_schemes
 from wdsx.loader.check import ResumeReport, check_resume
 from wdsx.loader.webloader import WebLoader, gather_loader_state, split_loader_state
 from wdsx.pipeline.datapipeline import DataPipeline
@@ -86,11 +96,11 @@ from wdsx.stages.shardlists import (
     SimpleShardList,
     expand_urls,
     non_empty,
-    shardspec,
     single_node_only,
     split_by_node,
     split_by_worker,
 )
+from wdsx.stages.shardspecs import MultiShardSample, shardspec
 from wdsx.stages.shuffle import detshuffle, shuffle
 from wdsx.stages.transforms import (
     associate,
@@ -115,13 +125,15 @@ from wdsx.state.position import Position
 from wdsx.write.jsonl import JsonlShardWriter, JsonlWriter
 from wdsx.write.writer import ShardWriter, TarWriter
 
-__getattr__ = _absent_names(
-    "wdsx",
+_live_settings(
+    __name__,
     {
-        "LRUCleanup": cache.ABSENT["LRUCleanup"],
-        "gopen_schemes": _GOPEN_ABSENT["gopen_schemes"],
-        "MultiShardSample": shardlists.ABSENT["MultiShardSample"],
-        "pytorch_weights_only": autodecode.ABSENT["pytorch_weights_only"],
+        "pytorch_weights_only": _environment_setting(
+            "WDS_PYTORCH_WEIGHTS_ONLY",
+            _weights_only,
+            "torch.load's weights_only (see wdsx.autodecode)",
+            _flag,
+        )
     },
 )
 

@@ -1,4 +1,9 @@
-"""webdataset's ``autodecode`` module: decoders and handlers (wdsx's :mod:`wdsx.codecs.decode`)."""
+"""webdataset's ``autodecode`` module: decoders and handlers (wdsx's :mod:`wdsx.codecs.decode`).
+
+``pytorch_weights_only`` says whether ``.pth`` fields load with ``weights_only=True`` (in wdsx
+always, unless ``WDSX_ALLOW_PICKLE=1``); assigning it sets ``WDS_PYTORCH_WEIGHTS_ONLY``, so
+True forces weights-only loading and False alone never enables unpickling.
+"""
 
 from wdsx.codecs.decode import (
     BASIC_DECODERS,
@@ -24,16 +29,20 @@ from wdsx.codecs.decode import (
     torch_video,
     unpickle_loads,
 )
+from wdsx.codecs.legacydecode import call_extension_handler, weights_only
 from wdsx.core.errors import DecodingError
-from wdsx.core.faces import absent_names
+from wdsx.core.faces import environment_setting, flag, live_settings
 
 decoders = BASIC_DECODERS
 
-ABSENT = {
-    "pytorch_weights_only": "set WDS_PYTORCH_WEIGHTS_ONLY=1 in the environment (read at every torch.load)",
-    "call_extension_handler": "use handle_extension(extensions, f), which makes the same handler",
-}
-__getattr__ = absent_names(__name__, ABSENT)
+live_settings(
+    __name__,
+    {
+        "pytorch_weights_only": environment_setting(
+            "WDS_PYTORCH_WEIGHTS_ONLY", weights_only, "torch.load's weights_only", flag
+        )
+    },
+)
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -42,6 +51,7 @@ __all__ = [
     "DecodingError",
     "ImageHandler",
     "basichandlers",
+    "call_extension_handler",
     "cbor_loads",
     "decoders",
     "default_decoder",

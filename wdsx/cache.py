@@ -1,27 +1,70 @@
-"""webdataset's ``cache`` module. wdsx caches shards itself when given a cache directory
-(``WebDataset(cache_dir=...)``, ``WDS_CACHE``, or ``SourceOptions(cache_dir=...)``), so of
-webdataset's cache machinery only ``pipe_cleaner`` remains."""
+"""webdataset's ``cache`` module: the directory cache that programs assemble by hand.
 
-from wdsx.core.faces import absent_names
+wdsx caches shards itself when given a cache directory (``WebDataset(cache_dir=...)``,
+``WDS_CACHE``, or ``SourceOptions(cache_dir=...)``), resumably and following downloads as they
+grow. For programs that build webdataset's cache themselves (``FileCache`` as a stage,
+``LRUCleanup`` on a directory, 0.2's ``cached_tarfile_to_samples``), the same objects are here,
+downloading through wdsx's sources (see :mod:`wdsx.sources.filecache`).
+
+``default_cache_dir``, ``default_cache_size`` and ``verbose_cache`` read ``WDS_CACHE``,
+``WDS_CACHE_SIZE`` and ``WDS_VERBOSE_CACHE`` when used; assigning one sets the variable.
+"""
+
+from wdsx.core.errors import reraise_exception
+from wdsx.core.faces import environment_setting, live_settings
+from wdsx.core.legacy import obsolete
 from wdsx.core.utilities import pipe_cleaner
-
-_USE_CACHE_DIR = (
-    "pass cache_dir= (and cache_size=) to WebDataset, or SourceOptions(cache_dir=...) to tarfile_to_samples"
+from wdsx.sources import filecache
+from wdsx.sources.filecache import (
+    FileCache,
+    LRUCleanup,
+    StreamingOpen,
+    check_tar_format,
+    download,
+    get_file_cached,
+    get_filetype,
+    islocal,
+    lru_cleanup,
+    magic_filetype,
+    url_to_cache_name,
 )
-ABSENT = {
-    "FileCache": _USE_CACHE_DIR,
-    "StreamingOpen": "tarfile_to_samples() opens the URLs it is given itself",
-    "LRUCleanup": "wdsx's cache evicts least recently used shards itself to stay under cache_size",
-    "download": "use wdsx.gopen(url) to read a URL",
-    "url_to_cache_name": "wdsx names cache entries by URL hash (wdsx.sources.cache.cache_path)",
-    "islocal": "no replacement; wdsx.sources.scheme_of(url) == 'file' tells local URLs",
-    "get_filetype": "no replacement; wdsx checks shards as it reads them",
-    "magic_filetype": "no replacement; wdsx checks shards as it reads them",
-    "check_tar_format": "run `wdsx verify URL`",
-    "default_cache_dir": "wdsx caches only when given a cache directory (cache_dir= or WDS_CACHE)",
-    "default_cache_size": "pass cache_size= with cache_dir= (or set WDS_CACHE_SIZE)",
-    "verbose_cache": "wdsx logs cache activity on the 'wdsx' logger",
-}
-__getattr__ = absent_names(__name__, ABSENT)
+from wdsx.stages.cachedreading import (
+    cached_tarfile_samples,
+    cached_tarfile_to_samples,
+    cached_url_opener,
+    maybe_cached_tarfile_to_samples,
+)
 
-__all__ = ["pipe_cleaner"]
+live_settings(
+    __name__,
+    {
+        "default_cache_dir": environment_setting("WDS_CACHE", filecache.default_cache_dir, "WDS_CACHE"),
+        "default_cache_size": environment_setting(
+            "WDS_CACHE_SIZE", filecache.default_cache_size, "WDS_CACHE_SIZE"
+        ),
+        "verbose_cache": environment_setting(
+            "WDS_VERBOSE_CACHE", filecache.verbose_cache, "WDS_VERBOSE_CACHE"
+        ),
+    },
+)
+
+__all__ = [
+    "FileCache",
+    "LRUCleanup",
+    "StreamingOpen",
+    "cached_tarfile_samples",
+    "cached_tarfile_to_samples",
+    "cached_url_opener",
+    "check_tar_format",
+    "download",
+    "get_file_cached",
+    "get_filetype",
+    "islocal",
+    "lru_cleanup",
+    "magic_filetype",
+    "maybe_cached_tarfile_to_samples",
+    "obsolete",
+    "pipe_cleaner",
+    "reraise_exception",
+    "url_to_cache_name",
+]

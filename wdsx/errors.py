@@ -1,6 +1,7 @@
 """wdsx's exceptions and webdataset's error handlers, for ``from wdsx.errors import ...``."""
 
 from wdsx.core.errors import (
+    AbsentNameError,
     DecodingError,
     NoSamplesError,
     NotResumableError,
@@ -17,6 +18,7 @@ from wdsx.core.errors import (
 )
 
 __all__ = [
+    "AbsentNameError",
     "DecodingError",
     "NoSamplesError",
     "NotResumableError",

@@ -2,30 +2,50 @@
 
 As in webdataset, ``wdsx.gopen`` is the function and this module is reached by
 ``from wdsx.gopen import ...``. wdsx opens URLs through its sources (local files, ``pipe:``,
-``http(s)://``, ``s3://``), so webdataset's per-scheme openers are not here.
+``http(s)://``, ``s3://``, ``gs://``, ``az://``, ``hf://``, fsspec); ``gopen_schemes`` shows
+webdataset's table, and an opener a program sets there is what wdsx then uses for that scheme
+(see :mod:`wdsx.sources.schemes`). The ``gopen_*`` openers are webdataset's command-line ones,
+for programs that call them or put them in the table.
 """
 
-from wdsx.core.faces import absent_names
+from subprocess import PIPE
+from typing import Any
+
 from wdsx.sources import rewrite_url
-from wdsx.sources.gopen import gopen
+from wdsx.sources.commandpipe import Pipe, set_options
+from wdsx.sources.schemes import (
+    gopen,
+    gopen_ais,
+    gopen_curl,
+    gopen_error,
+    gopen_file,
+    gopen_gsutil,
+    gopen_hf,
+    gopen_htgs,
+    gopen_pipe,
+    gopen_schemes,
+    reader,
+)
 
-_REGISTER = "register a scheme with wdsx.sources.register(scheme, opener)"
-_OPEN = "call gopen(url), which picks the opener from the URL's scheme"
-ABSENT = {
-    "gopen_schemes": _REGISTER,
-    "Pipe": "open 'pipe:COMMAND' URLs with gopen(url)",
-    "set_options": "pass options=wdsx.SourceOptions(...) (timeouts, retries, buffer sizes)",
-    "info": "wdsx logs on the 'wdsx' logger",
-    "reader": "call gopen(url, 'rb')",
-    "gopen_file": _OPEN,
-    "gopen_pipe": _OPEN,
-    "gopen_curl": _OPEN,
-    "gopen_htgs": _OPEN,
-    "gopen_hf": _OPEN,
-    "gopen_gsutil": _OPEN,
-    "gopen_ais": _OPEN,
-    "gopen_error": _REGISTER,
-}
-__getattr__ = absent_names(__name__, ABSENT)
+info: dict[str, Any] = {}
+"""webdataset's dict of details that verbose gopen messages show; wdsx logs on the 'wdsx'
+logger, so nothing reads it."""
 
-__all__ = ["gopen", "rewrite_url"]
+__all__ = [
+    "PIPE",
+    "Pipe",
+    "gopen",
+    "gopen_ais",
+    "gopen_curl",
+    "gopen_error",
+    "gopen_file",
+    "gopen_gsutil",
+    "gopen_hf",
+    "gopen_htgs",
+    "gopen_pipe",
+    "gopen_schemes",
+    "info",
+    "reader",
+    "rewrite_url",
+    "set_options",
+]

@@ -1,6 +1,16 @@
-"""webdataset's ``shardlists`` module: shard lists, splitting by rank and worker, resampling."""
+"""webdataset's ``shardlists`` module: shard lists, splitting by rank and worker, resampling,
+YAML dataset specs and directory work queues."""
 
-from wdsx.core.faces import absent_names
+from wdsx.core.faces import torch_names
+from wdsx.core.legacy import obsolete
+from wdsx.core.utilities import is_iterable
+from wdsx.stages.base import pipelinefilter
+from wdsx.stages.directoryshards import (
+    DirectoryShardList,
+    check_pid_is_running,
+    get_pid_from_filename,
+    without_last_extension,
+)
 from wdsx.stages.resampling import resampled, resampled_
 from wdsx.stages.shardlists import (
     ResampledShardList,
@@ -9,39 +19,46 @@ from wdsx.stages.shardlists import (
     envsubst,
     expand_urls,
     non_empty,
-    shardspec,
     single_node_only,
     split_by_node,
     split_by_worker,
 )
+from wdsx.stages.shardspecs import (
+    MSSource,
+    MultiShardSample,
+    default_rng,
+    envlookup,
+    expand,
+    expand_source,
+    shardspec,
+)
 
-_YAML = "YAML dataset specs are not supported; pass the shard URLs (a pattern or a list)"
-_DIRECTORY = "list the directory with a glob pattern instead: WebDataset('dir/*.tar')"
-ABSENT = {
-    "MultiShardSample": _YAML,
-    "MSSource": _YAML,
-    "expand": _YAML,
-    "default_rng": "wdsx draws every random choice from the pipeline's seed (seed=, or WDS_SEED)",
-    "DirectoryShardList": _DIRECTORY,
-    "check_pid_is_running": _DIRECTORY,
-    "get_pid_from_filename": _DIRECTORY,
-    "without_last_extension": _DIRECTORY,
-    "envlookup": "envsubst(url) replaces ${VAR} with $WDS_VAR",
-    "expand_source": "use expand_urls(urls), which takes a pattern string or a list",
-}
-__getattr__ = absent_names(__name__, ABSENT)
+__getattr__ = torch_names(__name__)
 
 __all__ = [
+    "DirectoryShardList",
+    "MSSource",
+    "MultiShardSample",
     "ResampledShardList",
     "ResampledShards",
     "SimpleShardList",
+    "check_pid_is_running",
+    "default_rng",
+    "envlookup",
     "envsubst",
+    "expand",
+    "expand_source",
     "expand_urls",
+    "get_pid_from_filename",
+    "is_iterable",
     "non_empty",
+    "obsolete",
+    "pipelinefilter",
     "resampled",
     "resampled_",
     "shardspec",
     "single_node_only",
     "split_by_node",
     "split_by_worker",
+    "without_last_extension",
 ]

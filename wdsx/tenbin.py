@@ -19,29 +19,26 @@ from wdsx.codecs.tenbin import (
     write,
     write_chunk,
 )
-from wdsx.core.faces import absent_names
+from wdsx.codecs.tenbinwords import (
+    bytedata,
+    bytelen,
+    check_acceptable_input_type,
+    check_infos,
+    magic,
+    magic_str,
+    short_to_long,
+    str64,
+    unstr64,
+)
 
 long_to_short = DTYPE_CODES
 magic_bytes = MAGIC
 
-_INTERNAL = "an internal step of the format; use encode_buffer/decode_buffer, read/write or save/load"
-ABSENT = {
-    name: _INTERNAL
-    for name in (
-        "str64",
-        "unstr64",
-        "magic",
-        "magic_str",
-        "short_to_long",
-        "bytelen",
-        "bytedata",
-        "check_acceptable_input_type",
-        "check_infos",
-    )
-}
-__getattr__ = absent_names(__name__, ABSENT)
-
 __all__ = [
+    "bytedata",
+    "bytelen",
+    "check_acceptable_input_type",
+    "check_infos",
     "decode_buffer",
     "decode_chunks",
     "decode_header",
@@ -52,11 +49,16 @@ __all__ = [
     "encode_list",
     "load",
     "long_to_short",
+    "magic",
     "magic_bytes",
+    "magic_str",
     "read",
     "read_chunk",
     "roundup",
     "save",
+    "short_to_long",
+    "str64",
+    "unstr64",
     "write",
     "write_chunk",
 ]

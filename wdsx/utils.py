@@ -1,6 +1,21 @@
-"""webdataset's ``utils`` module: repeating loaders, seeds, globbing, and PipelineStage."""
+"""webdataset's ``utils`` module: repeating loaders, seeds, globbing, PipelineStage, and
+webdataset's general helpers.
 
-from wdsx.core.faces import absent_names
+``enforce_security`` reads ``WDS_SECURE`` (wdsx's secure mode: no ``pipe:`` commands, no
+unpickling) when used; assigning it sets the variable, so ``utils.enforce_security = True``
+takes effect, in DataLoader workers started afterwards too.
+"""
+
+from wdsx.core.env import secure_mode
+from wdsx.core.faces import environment_setting, flag, live_settings
+from wdsx.core.legacy import (
+    ObsoleteException,
+    compute_sample_weights,
+    deprecated,
+    lookup_sym,
+    obsolete,
+    safe_eval,
+)
 from wdsx.core.topology import pytorch_worker_info
 from wdsx.core.utilities import (
     fnmatch_with_braces,
@@ -12,28 +27,31 @@ from wdsx.core.utilities import (
 from wdsx.stages.custom import PipelineStage
 from wdsx.stages.plain import guess_batchsize, identity, repeatedly, repeatedly0
 
-_INTERNAL = "an internal helper of webdataset with no use in wdsx"
-ABSENT = {
-    "safe_eval": "wdsx evaluates no strings; write the expression in Python",
-    "lookup_sym": "wdsx evaluates no strings; import the object",
-    "deprecated": _INTERNAL,
-    "obsolete": _INTERNAL,
-    "ObsoleteException": _INTERNAL,
-    "compute_sample_weights": _INTERNAL,
-    "enforce_security": "set WDS_SECURE=1 in the environment; wdsx reads it whenever it decodes",
-}
-__getattr__ = absent_names(__name__, ABSENT)
+live_settings(
+    __name__,
+    {
+        "enforce_security": environment_setting(
+            "WDS_SECURE", secure_mode, "WDS_SECURE: wdsx's secure mode", flag
+        )
+    },
+)
 
 __all__ = [
+    "ObsoleteException",
     "PipelineStage",
+    "compute_sample_weights",
+    "deprecated",
     "fnmatch_with_braces",
     "glob_with_braces",
     "guess_batchsize",
     "identity",
     "is_iterable",
+    "lookup_sym",
     "make_seed",
+    "obsolete",
     "pytorch_worker_info",
     "pytorch_worker_seed",
     "repeatedly",
     "repeatedly0",
+    "safe_eval",
 ]

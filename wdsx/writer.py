@@ -16,6 +16,7 @@ from wdsx.codecs.encoders import (
     tenbin_dumps,
     torch_dumps,
 )
+from wdsx.gopen import gopen
 from wdsx.write.writer import ShardWriter, TarWriter
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "default_handlers",
     "encode_based_on_extension",
     "encode_based_on_extension1",
+    "gopen",
     "imageencoder",
     "make_encoder",
     "make_handlers",

@@ -124,9 +124,15 @@ class NotResumableError(StateError):
 
 
 class UnsupportedError(WdsxError, NotImplementedError):
-    """A webdataset name that wdsx deliberately does not provide; the message says what to
-    use instead. It is not an AttributeError, so ``from wdsx.x import name`` shows the message
-    instead of Python's generic "cannot import name"."""
+    """Something webdataset offers that wdsx deliberately does not do; the message says what to
+    use instead."""
+
+
+class AbsentNameError(UnsupportedError, AttributeError):
+    """A webdataset module name that wdsx leaves out. It is an AttributeError, so ``hasattr``
+    is False, ``getattr(module, name, default)`` gives the default and
+    ``try: from wdsx.x import name / except ImportError`` falls back, as for any missing name;
+    the message (shown in ``ImportError``'s too) says what to use instead."""
 
 
 def reraise_exception(exn: BaseException) -> bool:

@@ -1,9 +1,10 @@
 """Pipelines; also webdataset's ``pipeline`` module (``from wdsx.pipeline import DataPipeline``)."""
 
-from wdsx.core.faces import absent_names
+from wdsx.core.faces import torch_names
 from wdsx.pipeline.datapipeline import DataPipeline
+from wdsx.pipeline.length import add_length_method
+from wdsx.stages.custom import PipelineStage
 
-ABSENT = {"add_length_method": "call .with_length(n) on the pipeline"}
-__getattr__ = absent_names(__name__, ABSENT)
+__getattr__ = torch_names(__name__)
 
-__all__ = ["DataPipeline"]
+__all__ = ["DataPipeline", "PipelineStage", "add_length_method"]

@@ -110,6 +110,12 @@ class WebDataset(DataPipeline):
         options: SourceOptions | None = None,
     ):
         super().__init__(seed=seed)
+        if isinstance(urls, dict) or (isinstance(urls, str) and urls.endswith((".yaml", ".yml"))):
+            raise ValueError(
+                "WebDataset reads a fixed shard list; for a YAML dataset spec, whose shards change "
+                "every epoch, build the pipeline from it: DataPipeline(MultiShardSample(spec), "
+                "split_by_worker, tarfile_to_samples(), ...)"
+            )
         self.options = _source_options(options, cache_dir, cache_size)
         self.urls = expand_urls(urls, self.options)
         if empty_check and not self.urls:
