@@ -1,13 +1,39 @@
-"""webdataset's ``filters`` module: the curried stages and their helpers."""
+"""webdataset's ``filters`` module: the curried stages and their helpers.
+
+The plain generator forms (``_map``, ``_shuffle``...) are here too, for programs that import
+them (see :mod:`wdsx.stages.generators`)."""
 
 from wdsx.core.errors import reraise_exception
-from wdsx.core.faces import absent_names
 from wdsx.stages.base import pipelinefilter
 from wdsx.stages.batch import batched, unbatched, unlisted
 from wdsx.stages.caching import Cached, LMDBCached
 from wdsx.stages.collate import default_collation_fn
+from wdsx.stages.custom import PipelineStage
+from wdsx.stages.generators import (
+    FilterFunction,
+    RestCurried,
+    _associate,
+    _batched,
+    _decode,
+    _extract_keys,
+    _info,
+    _log_keys,
+    _map,
+    _map_dict,
+    _map_tuple,
+    _rename,
+    _rename_keys,
+    _rsample,
+    _select,
+    _shuffle,
+    _to_tuple,
+    _unbatched,
+    _unlisted,
+    _xdecode,
+)
+from wdsx.stages.helpers import combine_values, dict2tuple, find_decoder, parse_field_spec, tuple2dict
 from wdsx.stages.plain import compose, compose2, identity, pipeline
-from wdsx.stages.shuffle import detshuffle, shuffle
+from wdsx.stages.shuffle import detshuffle, pick, shuffle
 from wdsx.stages.transforms import (
     associate,
     decode,
@@ -32,25 +58,32 @@ from wdsx.stages.transforms import (
     xdecode,
 )
 
-_COLLATE = (
-    "use default_collation_fn(samples, combine_tensors=..., combine_scalars=...) or your own collation_fn"
-)
-ABSENT = {
-    "FilterFunction": "wdsx's curried filters are stages (wdsx.Stage); call one on an iterator to run it",
-    "RestCurried": "pipelinefilter(f) returns a function that makes stages (wdsx.Stage)",
-    "pick": "internal to webdataset's shuffle buffer; use shuffle(bufsize)",
-    "parse_field_spec": "internal to to_tuple; pass to_tuple('jpg;png', 'cls')",
-    "find_decoder": "xdecode(...) picks the decoder for each field by pattern",
-    "combine_values": _COLLATE,
-    "tuple2dict": _COLLATE,
-    "dict2tuple": _COLLATE,
-}
-__getattr__ = absent_names(__name__, ABSENT)
-
 __all__ = [
     "Cached",
+    "FilterFunction",
     "LMDBCached",
+    "PipelineStage",
+    "RestCurried",
+    "_associate",
+    "_batched",
+    "_decode",
+    "_extract_keys",
+    "_info",
+    "_log_keys",
+    "_map",
+    "_map_dict",
+    "_map_tuple",
+    "_rename",
+    "_rename_keys",
+    "_rsample",
+    "_select",
+    "_shuffle",
+    "_to_tuple",
+    "_unbatched",
+    "_unlisted",
+    "_xdecode",
     "associate",
+    "combine_values",
     "batched",
     "compose",
     "compose2",
@@ -61,7 +94,9 @@ __all__ = [
     "default_collation_fn",
     "default_decoders",
     "detshuffle",
+    "dict2tuple",
     "extract_keys",
+    "find_decoder",
     "getfirst",
     "identity",
     "info",
@@ -69,6 +104,8 @@ __all__ = [
     "map",
     "map_dict",
     "map_tuple",
+    "parse_field_spec",
+    "pick",
     "pipeline",
     "pipelinefilter",
     "rename",
@@ -80,6 +117,7 @@ __all__ = [
     "slice",
     "to_tuple",
     "transform_with",
+    "tuple2dict",
     "unbatched",
     "unlisted",
     "xdecode",

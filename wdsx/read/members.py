@@ -2,7 +2,10 @@
 URL dicts -> open streams (:func:`url_opener`) -> tar members (:func:`tar_file_expander`) ->
 samples (:func:`group_by_keys`, whose ``keys`` function can be replaced).
 
-They take and yield the same dicts as webdataset's, over wdsx's tar parser and sources.
+They take and yield the same dicts as webdataset's, over wdsx's tar parser and sources. The
+end-of-shard marker :data:`END_OF_SHARD` suits both generations of grouping code: it equals
+``{}``, as webdataset 1.0's grouping tests, and its ``"fname"`` names no sample, which grouping
+written for 0.2 (reading ``"fname"`` and ``"data"`` from every item) passes over.
 Being opaque functions of the stream they cannot be checkpointed; ``tarfile_to_samples``
 (or ``WebDataset``) reads the same shards resumably. A shard that ends early is an error
 here too, never a silent end.
@@ -10,9 +13,12 @@ here too, never a silent end.
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO
+
+import braceexpand
 
 from wdsx.core.compression import uncompressed
 from wdsx.core.errors import Handler, reraise_exception
@@ -22,6 +28,29 @@ from wdsx.sources.gopen import gopen
 
 META_PATTERN = r"__[^/]*__($|/)"
 """Members whose names match this (``__x__`` files and directories) are metadata."""
+
+
+class EndOfShard(dict):
+    """An empty dict that marks the end of a shard's members.
+
+    It is ``{}`` to every test (equal, empty, false), so webdataset 1.0-style grouping ends
+    the sample there; yet reading ``marker["fname"]`` gives ``""`` and ``marker["data"]``
+    gives ``b""``, as code written for webdataset 0.2 does with every item (such code raised
+    ``KeyError: 'fname'`` on a plain ``{}``): :func:`base_plus_ext` of ``""`` is
+    ``(None, None)``, an item that grouping skips, as if no marker had come."""
+
+    __slots__ = ()
+
+    def __missing__(self, key: str) -> Any:
+        if key == "fname":
+            return ""
+        if key == "data":
+            return b""
+        raise KeyError(key)
+
+
+END_OF_SHARD = EndOfShard()
+"""What :func:`tar_file_expander` yields after each shard's members by default."""
 
 
 def base_plus_ext(path: str) -> tuple[str, str] | tuple[None, None]:
@@ -34,6 +63,16 @@ def base_plus_ext(path: str) -> tuple[str, str] | tuple[None, None]:
 def valid_sample(sample: Any) -> bool:
     """Whether ``sample`` is a non-empty dict not marked ``__bad__``."""
     return isinstance(sample, dict) and len(sample) > 0 and not sample.get("__bad__", False)
+
+
+def shardlist(urls: str | Iterable[str], *, shuffle: bool = False) -> Iterator[dict[str, str]]:
+    """``{"url": ...}`` for each URL (a string is brace-expanded), in a random order (from
+    Python's global ``random``) with ``shuffle``."""
+    listed = list(braceexpand.braceexpand(urls)) if isinstance(urls, str) else list(urls)
+    if shuffle:
+        random.shuffle(listed)
+    for url in listed:
+        yield {"url": url}
 
 
 def url_opener(
@@ -85,11 +124,11 @@ def tar_file_expander(
     handler: Handler = reraise_exception,
     select_files: Callable[[str], bool] | None = None,
     rename_files: Callable[[str], str] | None = None,
-    eof_value: dict | None = {},  # noqa: B006 - webdataset's marker; never mutated
+    eof_value: Any = END_OF_SHARD,
 ) -> Iterator[dict[str, Any]]:
     """The members of each opened stream (from :func:`url_opener`) with ``__url__`` (and
-    ``__local_path__`` when known), then ``eof_value`` after each shard, so that grouping
-    never joins samples across shards. Streams are closed once read."""
+    ``__local_path__`` when known), then ``eof_value`` after each shard (None: nothing), so
+    that grouping never joins samples across shards. Streams are closed once read."""
     for source in data:
         url = source["url"]
         try:
@@ -125,8 +164,8 @@ def group_by_keys(
     handler: Handler = reraise_exception,
 ) -> Iterator[dict[str, Any]]:
     """Samples from consecutive members that share a key (``keys(fname)`` gives the key and
-    the field name); an empty dict ends the current sample. Only ``suffixes`` are kept when
-    given; a field seen twice in one sample is an error."""
+    the field name); an empty dict (such as :data:`END_OF_SHARD`) ends the current sample.
+    Only ``suffixes`` are kept when given; a field seen twice in one sample is an error."""
     sample: dict[str, Any] | None = None
     for member in data:
         try:

@@ -36,10 +36,13 @@ class Buffer:
         return list(self.positions)
 
 
-def attach_buffer(run: Run, index: int, rebuild: Callable[[Any], Any] | None = None) -> Buffer:
-    """Stage ``index``'s buffer in ``run``, refilled from the checkpoint if it has one.
-    ``rebuild`` turns a replayed item into what the stage held (e.g. one row of a batch)."""
-    buffer, restored = run.attach(index, Buffer)
+def attach_buffer(
+    run: Run, index: int, rebuild: Callable[[Any], Any] | None = None, kind: type[Buffer] | None = None
+) -> Buffer:
+    """Stage ``index``'s buffer in ``run`` (a ``kind``, which may add to what a buffer holds),
+    refilled from the checkpoint if it has one. ``rebuild`` turns a replayed item into what
+    the stage held (e.g. one row of a batch)."""
+    buffer, restored = run.attach(index, kind or Buffer)
     if restored:
         items = run.reread(buffer.positions, index)
         buffer.items = [rebuild(item) for item in items] if rebuild is not None else items
