@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import json
-import posixpath
 import zlib
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
@@ -34,23 +33,26 @@ from wdsx.core.errors import ShardError
 from wdsx.core.redact import redact
 from wdsx.read import formats
 from wdsx.read.jsonl import line_offsets
-from wdsx.read.manifest import read_if_present
+from wdsx.read.manifest import read_if_present, shard_name
 from wdsx.read.samples import sample_starts
 from wdsx.read.shard import bytes_left
 from wdsx.read.tar import scan_headers
-from wdsx.sources import SourceOptions, open_sink, open_source, scheme_of
+from wdsx.sources import DEFAULT_OPTIONS, SourceOptions, open_sink, open_source, scheme_of
+from wdsx.sources.urls import without_query
 
 FORMAT = "wdsx-offsets"
 VERSION = 1
 SUFFIX = ".idx"
+DEFAULT_LIMIT = DEFAULT_OPTIONS.max_companion_bytes
 
 
 def index_url(url: str) -> str:
-    """Where the offset index of the shard at ``url`` lives: beside it, ``<shard>.idx``. A
-    ``pipe:`` shard has none: appending to its command would run a command nobody wrote."""
+    """Where the offset index of the shard at ``url`` lives: beside it, ``<shard>.idx``, at
+    the shard's path without its query (a presigned URL's signature covers the shard only).
+    A ``pipe:`` shard has none: appending to its command would run a command nobody wrote."""
     if url.startswith("pipe:"):
         raise ValueError(f"{redact(url)}: a pipe: shard has no offset index beside it")
-    return url + SUFFIX
+    return without_query(url) + SUFFIX
 
 
 def check_indexable(url: str, compressed: bool = False) -> None:
@@ -92,18 +94,19 @@ class ShardIndex:
         return json.dumps(record) + "\n"
 
     @classmethod
-    def from_json(cls, text: str | bytes, url: str = "") -> ShardIndex:
-        """Parse an index; ValueError naming ``url`` when it is not one or is damaged."""
+    def from_json(cls, text: str | bytes, url: str = "", limit: int = DEFAULT_LIMIT) -> ShardIndex:
+        """Parse an index; ValueError naming ``url`` when it is not one or is damaged.
+
+        The offsets are inflated only as far as the samples it claims need, and held as 8-byte
+        numbers: an index claiming more than ``limit // 8`` of them is refused (a small
+        compressed string could otherwise claim, and inflate to, any size)."""
         try:
             data = json.loads(text)
             if not isinstance(data, dict) or data.get("format") != FORMAT:
                 raise ValueError(f'not a wdsx offset index (missing "format": "{FORMAT}")')
             if data.get("version") != VERSION:
                 raise ValueError(f"unsupported offset index version {data.get('version')!r}")
-            raw = zlib.decompress(base64.b64decode(data["offsets"]))
-            offsets = np.cumsum(np.frombuffer(raw, np.dtype(data["dtype"])).astype(np.int64))
-            if len(offsets) != int(data["samples"]) + 1:
-                raise ValueError(f"it lists {len(offsets) - 1} offsets for {data['samples']} samples")
+            offsets = _offsets(data, limit)
         except (ValueError, KeyError, TypeError, zlib.error) as exn:
             raise ValueError(f"{url}: {exn}") from exn
         return cls(str(data["shard"]), offsets)
@@ -114,11 +117,33 @@ class ShardIndex:
             sink.write(self.to_json().encode("utf-8"))
 
 
+def _offsets(data: dict[str, Any], limit: int) -> np.ndarray:
+    """The ``samples + 1`` offsets of a parsed index, from their packed differences."""
+    count = int(data["samples"]) + 1
+    kind = np.dtype(data["dtype"])
+    if kind.kind not in "iu":
+        raise ValueError(f"offsets of type {kind.str!r}, not integers")
+    if not 0 < count <= limit // 8:
+        raise ValueError(
+            f"it claims {count - 1} samples, more than {limit // 8 - 1} (a limit of {limit} bytes of "
+            "offsets: SourceOptions.max_companion_bytes)"
+            if count > 0
+            else f"it claims {count - 1} samples"
+        )
+    size = count * kind.itemsize
+    inflater = zlib.decompressobj()
+    raw = inflater.decompress(base64.b64decode(data["offsets"], validate=True), size + 1)
+    if len(raw) != size or inflater.unconsumed_tail or not inflater.eof:
+        raise ValueError(f"its offsets are not the {count} numbers of {data['samples']} samples")
+    return np.cumsum(np.frombuffer(raw, kind), dtype=np.int64)
+
+
 def load_index(url: str, options: SourceOptions | None = None) -> ShardIndex | None:
     """The index written beside the shard at ``url``, or None when there is none."""
     target = index_url(url)
     text = read_if_present(target, options)
-    return None if text is None else ShardIndex.from_json(text, target)
+    limit = (options or DEFAULT_OPTIONS).max_companion_bytes
+    return None if text is None else ShardIndex.from_json(text, target, limit)
 
 
 def _ending(
@@ -144,7 +169,7 @@ def scan_index(url: str, options: SourceOptions | None = None) -> ShardIndex:
             headers = scan_headers(stream.read, skip, url, available=bytes_left(source, 0))
             starts = [offset for _, offset in sample_starts(_ending(headers, end))]
             offsets = np.array([*starts, end[0]], dtype=np.int64)
-    return ShardIndex(posixpath.basename(url), offsets)
+    return ShardIndex(shard_name(url), offsets)
 
 
 def shard_index(url: str, options: SourceOptions | None = None) -> ShardIndex:

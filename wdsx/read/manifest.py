@@ -12,6 +12,10 @@ Format (``version`` 1)::
      "shards": [{"name": "train-000000.tar", "samples": n, "bytes": size, "sha256": hex}, ...]}
 
 Shards are matched by basename, so a manifest stays valid when the dataset is copied elsewhere.
+A shard URL's query string (a presigned URL's signature) is no part of its name: the manifest
+is looked up beside the shard's path, without the query (a signature covers one object, so no
+signed URL of the manifest can be derived from the shard's; name it explicitly to use one).
+A manifest, like an offset index, is read only up to ``SourceOptions.max_companion_bytes``.
 """
 
 from __future__ import annotations
@@ -25,13 +29,16 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from wdsx.core.compression import uncompressed
+from wdsx.core.errors import SourceError
 from wdsx.read import formats
 from wdsx.read.jsonl import count_lines, decompressed
 from wdsx.read.npy import count_rows
 from wdsx.read.samples import Cursor, group_members
 from wdsx.read.shard import bytes_left
 from wdsx.read.tar import scan_headers
-from wdsx.sources import SourceOptions, open_sink, open_source
+from wdsx.sources import DEFAULT_OPTIONS, SourceOptions, open_sink, open_source
+from wdsx.sources.base import read_up_to
+from wdsx.sources.urls import without_query
 
 FORMAT = "wdsx-manifest"
 VERSION = 1
@@ -39,6 +46,8 @@ _RESERVED = frozenset(("format", "version", "total_samples", "shards"))
 
 
 def _split_dir(url: str) -> tuple[str, str]:
+    """The directory part of ``url``'s path (with its ``/``) and the file name, query left off."""
+    url = without_query(url)
     cut = url.rfind("/") + 1
     return url[:cut], url[cut:]
 
@@ -73,7 +82,8 @@ def manifest_url_for_pattern(pattern: str) -> str:
 
 
 def manifest_url_for_shard(url: str) -> str:
-    """The manifest URL for one shard: ``out/train-000003.tar`` -> ``out/train.manifest.json``.
+    """The manifest URL for one shard: ``out/train-000003.tar`` -> ``out/train.manifest.json``
+    (``https://h/d/train-000003.tar?X-Amz-Signature=...`` -> ``https://h/d/train.manifest.json``).
     ValueError for a ``pipe:`` URL."""
     _refuse_commands(url)
     directory, base = _split_dir(url)
@@ -88,6 +98,11 @@ def manifest_url_beside(url: str) -> str | None:
     """Where the manifest of the shard at ``url`` would be, or None for a ``pipe:`` shard (whose
     manifest cannot be looked up without running a command nobody wrote)."""
     return None if url.startswith("pipe:") else manifest_url_for_shard(url)
+
+
+def shard_name(url: str) -> str:
+    """The name a manifest lists the shard at ``url`` under: the basename of its path."""
+    return posixpath.basename(without_query(url))
 
 
 def natural_key(name: str) -> list[Any]:
@@ -122,7 +137,7 @@ class Manifest:
         """The entry of the shard at ``url`` (matched by basename), or None if not listed."""
         if len(self._index) != len(self.shards):
             self._index = {shard.name: shard for shard in self.shards}
-        return self._index.get(posixpath.basename(url))
+        return self._index.get(shard_name(url))
 
     def counts_for(self, urls: Iterable[str]) -> list[int] | None:
         """Sample counts of ``urls`` (matched by basename), or None if any shard is not listed."""
@@ -204,17 +219,27 @@ class Manifest:
 
 
 def read_if_present(url: str, options: SourceOptions | None = None) -> bytes | None:
-    """The whole file at ``url``, or None when nothing is stored under that name.
+    """The whole file at ``url`` (a manifest, an offset index), or None when nothing is stored
+    under that name.
 
-    Other failures (network, permissions) raise.
+    A file larger than ``options.max_companion_bytes`` is a :class:`SourceError` (it is not
+    read whole: an endless reply costs the limit). Other failures (network, permissions) raise.
     """
+    limit = (options or DEFAULT_OPTIONS).max_companion_bytes
     try:
         with open_source(url, 0, options) as source:
-            return _read_all(source.read)
+            data = read_up_to(source.read, limit)
     except OSError as exn:
         if _is_absent(exn):
             return None
         raise
+    if data is None:
+        raise SourceError(
+            url,
+            f"larger than {limit} bytes, the most read of a manifest or an offset index "
+            "(SourceOptions.max_companion_bytes)",
+        )
+    return data
 
 
 _ABSENT_S3_CODES = frozenset(("NoSuchKey", "NotFound", "404"))
@@ -235,11 +260,10 @@ def _is_absent(error: BaseException | None) -> bool:
     return False
 
 
-def _read_all(read: Callable[[int], bytes]) -> bytes:
-    parts = []
-    while part := read(1 << 20):
-        parts.append(part)
-    return b"".join(parts)
+def _drain(read: Callable[[int], bytes]) -> None:
+    """Read to the end of the stream, keeping nothing (what passes is hashed by the reader)."""
+    while read(1 << 20):
+        pass
 
 
 def _count(
@@ -311,8 +335,8 @@ def index_shard(url: str, options: SourceOptions | None = None) -> ShardEntry:
             samples = _count(url, hashing.read, None, available=bytes_left(source, 0))
         else:
             samples = _count_records(url, hashing.read)
-        _read_all(hashing.read)  # the end-of-archive padding, or the compressed stream's tail
-    return ShardEntry(posixpath.basename(url), samples, hashing.size, hashing.digest.hexdigest())
+        _drain(hashing.read)  # the end-of-archive padding, or the compressed stream's tail
+    return ShardEntry(shard_name(url), samples, hashing.size, hashing.digest.hexdigest())
 
 
 def build_manifest(urls: Sequence[str], options: SourceOptions | None = None) -> Manifest:

@@ -17,7 +17,7 @@ from typing import Any
 
 from wdsx.core.errors import SourceError
 from wdsx.sources.base import Sink, Source, SourceOptions
-from wdsx.sources.listing import Lister, list_shards
+from wdsx.sources.listing import Lister, list_local, list_shards, missing_local_shards, names_several
 from wdsx.sources.local import LocalSink, LocalSource, local_path
 
 Opener = Callable[[str, int, SourceOptions], Source]
@@ -85,6 +85,7 @@ def open_source(
     *,
     sha256: str | None = None,
     end: int | None = None,
+    size: int | None = None,
 ) -> Source:
     """Open the shard at ``url`` so that the first byte read is the one at ``offset``.
 
@@ -93,8 +94,19 @@ def open_source(
     blocks, and its source stops at ``end``). With ``options.cache_dir``
     set, remote shards are read through the local cache; there, ``sha256`` (hex) is checked
     against each downloaded copy. Without a cache it is ignored.
+
+    ``size``: the shard's size as recorded beforehand (a manifest's ``bytes``): a remote stream
+    that goes on past it is a :class:`SourceError` instead of being read without end.
     """
-    options = options or DEFAULT_OPTIONS
+    source = _open(url, offset, options or DEFAULT_OPTIONS, sha256, end)
+    if size is None or isinstance(source, LocalSource):
+        return source
+    from wdsx.sources.sized import SizedSource
+
+    return SizedSource(source, offset, size)
+
+
+def _open(url: str, offset: int, options: SourceOptions, sha256: str | None, end: int | None) -> Source:
     url = rewrite_url(url)
     scheme = scheme_of(url)
     if scheme == "file":
@@ -129,8 +141,12 @@ def open_sink(url: str, options: SourceOptions | None = None) -> Sink:
 
 
 def lister_for(url: str) -> Lister | None:
-    """What expands prefixes and globs of ``url``'s scheme; None for schemes that cannot list."""
-    return _handler(_LISTERS, scheme_of(url))
+    """What expands prefixes and globs of ``url``'s scheme (local paths too); None for schemes
+    that cannot list."""
+    scheme = scheme_of(url)
+    if scheme == "file":
+        return list_local
+    return _handler(_LISTERS, scheme)
 
 
 def _handler(table: dict[str, Any], scheme: str) -> Any:
@@ -169,6 +185,8 @@ __all__ = [
     "LocalSource",
     "list_shards",
     "lister_for",
+    "missing_local_shards",
+    "names_several",
     "local_path",
     "open_sink",
     "open_source",

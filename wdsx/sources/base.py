@@ -8,9 +8,11 @@ so a crash while writing never leaves a truncated shard behind.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from wdsx.core.redact import redact_text
 from wdsx.core.streams import read_into
 
 
@@ -19,7 +21,15 @@ class SourceOptions:
     """How shards are fetched. Picklable, so it travels to DataLoader workers."""
 
     timeout: float = 60.0
-    """Seconds to wait for a connection or for the next bytes of a remote shard."""
+    """Seconds to wait for a connection or for the next bytes of a remote shard (reads wait at
+    most the stall window, when that is shorter)."""
+    stall_timeout: float | None = None
+    """Seconds a read of a remote shard (or of a ``pipe:`` command's output) may spend waiting
+    while less than ``min_rate`` bytes per second arrive; then it counts as stalled and is
+    retried from its last byte. None: ``WDSX_STALL_TIMEOUT``, else 60 (see
+    :mod:`wdsx.sources.stall`)."""
+    min_rate: int = 1024
+    """Bytes per second, averaged over the stall window, below which a trickling read is stalled."""
     retries: int = 5
     """Attempts after a failed or dropped remote read; each continues from the last byte read."""
     backoff: float = 0.25
@@ -45,6 +55,8 @@ class SourceOptions:
     """Whether ``pipe:`` URLs may run shell commands (off in secure mode, ``WDS_SECURE=1``)."""
     prefetch: int = 2
     """How many upcoming remote shards a reader opens in the background while reading one."""
+    max_companion_bytes: int = 256 << 20
+    """The largest manifest or offset index read (a bigger one is an error, not read whole)."""
 
 
 class Source:
@@ -74,11 +86,26 @@ class Source:
     def close(self) -> None:
         """Release the file, connection or process; safe to call twice."""
 
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {redact_text(getattr(self, 'url', '?'))}>"
+
     def __enter__(self) -> Source:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def read_up_to(read: Callable[[int], bytes], limit: int) -> bytes | None:
+    """Everything ``read`` returns until its end, or None when that is more than ``limit``
+    bytes: reading stops one byte past the limit, so an endless stream costs ``limit`` bytes."""
+    data = bytearray()
+    while len(data) <= limit:
+        part = read(min(1 << 20, limit + 1 - len(data)))
+        if not part:
+            return bytes(data)
+        data += part
+    return None
 
 
 class Sink:

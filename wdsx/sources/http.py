@@ -10,6 +10,13 @@ No ``curl`` subprocess: redirects, proxies from the environment and TLS come fro
 ``Authorization`` header. A server that ignores ``Range`` (answers 200 instead of 206) still
 gives the right bytes: the stream discards what precedes the requested offset, and logs that it
 did.
+
+``https://user:password@host/...`` reads with HTTP basic authentication: the credentials go into
+an ``Authorization`` header (kept from other hosts on redirects, like every store's), never into
+the request line, and every message shows the URL redacted. A reply whose ``Content-Length`` or
+``Content-Range`` is not what HTTP allows is an error naming the URL and the header; reads
+return as soon as some bytes arrive, so a trickling server is judged by its rate
+(:mod:`wdsx.sources.stall`) instead of blocking a whole read.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from typing import IO, Any
 from urllib.parse import urlsplit
 
 from wdsx.core.errors import SourceError
-from wdsx.sources.base import Source, SourceOptions
+from wdsx.sources.base import Source, SourceOptions, read_up_to
 from wdsx.sources.retry import (
     Response,
     ResumingSource,
@@ -37,6 +44,8 @@ from wdsx.sources.retry import (
     range_header,
     wanted_end,
 )
+from wdsx.sources.stall import read_timeout
+from wdsx.sources.urls import split_userinfo
 
 _RETRY_STATUSES = frozenset((408, 425, 429))
 _ERROR_BODY_LIMIT = 4096
@@ -48,6 +57,13 @@ class Target:
 
     url: str
     headers: dict[str, str] = field(default_factory=dict)
+
+
+def plain_target(url: str) -> Target:
+    """Where a request for a plain ``http(s)://`` URL goes: the URL without its userinfo, whose
+    ``user:password`` (when present) becomes a basic ``Authorization`` header."""
+    address, authorization = split_userinfo(url)
+    return Target(address, {"Authorization": authorization} if authorization else {})
 
 
 ErrorReader = Callable[[int, Message, bytes], tuple[str | None, str | None]]
@@ -101,11 +117,13 @@ def http_request(
     :class:`SourceError` with the store's code. A status in ``passthrough`` is raised as the
     ``HTTPError`` itself (a reply with headers and a body), for the caller to interpret.
     """
-    request = urllib.request.Request(
-        target.url, data=data, headers={**target.headers, **(headers or {})}, method=method
-    )
     try:
-        return _opener().open(request, timeout=options.timeout)
+        request = urllib.request.Request(
+            target.url, data=data, headers={**target.headers, **(headers or {})}, method=method
+        )
+        return _opener().open(request, timeout=read_timeout(options))
+    except (ValueError, http.client.InvalidURL) as exn:
+        raise SourceError(url, f"{doing}: not a URL that can be requested: {exn}") from exn
     except urllib.error.HTTPError as exn:
         if exn.code in passthrough:
             raise
@@ -138,7 +156,7 @@ class _HTTPBody:
 
     def read(self, n: int) -> bytes:
         try:
-            return self._reply.read(n)
+            return self._reply.read1(n)
         except (OSError, http.client.HTTPException) as exn:
             raise TransientError(f"{type(exn).__name__}: {exn}") from exn
 
@@ -158,10 +176,11 @@ def open_http(
     """Stream ``url`` from ``offset`` (a ``Range: bytes=offset-`` GET when > 0), up to ``end``
     when given (``Range: bytes=offset-(end - 1)``, even from offset 0).
 
-    ``locate`` gives each attempt's :class:`Target` (by default, ``url`` itself with no extra
-    headers); ``read_error`` reads the store's error code out of error replies.
+    ``locate`` gives each attempt's :class:`Target` (by default, ``url`` itself, its userinfo
+    as a basic ``Authorization`` header); ``read_error`` reads the store's error code out of
+    error replies.
     """
-    where = locate or (lambda: Target(url))
+    where = locate or (lambda: plain_target(url))
 
     def connect(start: int, stop: int | None) -> Response:
         target = where()
@@ -175,11 +194,11 @@ def open_http(
         except urllib.error.HTTPError as exn:
             exn.close()
             return _past_end(url, start, exn.headers, lambda: _size(url, where(), options, read_error))
-        length = reply.headers.get("Content-Length")
-        if reply.status == 206:
-            first, total = content_range(reply.headers.get("Content-Range")) or (start, None)
-        else:
-            first, total = 0, int(length) if length else None
+        try:
+            first, total = _extent(url, reply, start)
+        except SourceError:
+            reply.close()
+            raise
         return Response(_HTTPBody(reply), first, wanted_end(total, stop), reply.headers.get("ETag"))
 
     return ResumingSource(url, offset, options, connect, end)
@@ -189,8 +208,43 @@ def _size(url: str, target: Target, options: SourceOptions, read_error: ErrorRea
     """The resource's size from a HEAD request, when the server says it."""
     reply = http_request(url, target, options, "HEAD", method="HEAD", read_error=read_error)
     with reply:
-        length = reply.headers.get("Content-Length")
-    return int(length) if length else None
+        return byte_count(url, reply.headers, "Content-Length")
+
+
+def _extent(url: str, reply: http.client.HTTPResponse, start: int) -> tuple[int, int | None]:
+    """The offset of the reply's first byte and the resource's size (when it says), from its
+    ``Content-Range`` (a 206; one left out means the range asked for) or ``Content-Length``."""
+    content_length = byte_count(url, reply.headers, "Content-Length")
+    if reply.status != 206:
+        return 0, content_length
+    value = reply.headers.get("Content-Range")
+    if value is None:
+        return start, None
+    extent = content_range(value)
+    if extent is None:
+        raise SourceError(
+            url, f"malformed Content-Range header {_shown(value)} in a reply to a GET from byte {start}"
+        )
+    return extent
+
+
+_DIGITS = re.compile(r"[0-9]{1,20}")
+
+
+def byte_count(url: str, headers: Message, name: str) -> int | None:
+    """The value of header ``name`` as a byte count (None when absent); a value that is not
+    one (``abc``, ``-1``, ``1e9``, several values) is a :class:`SourceError` naming both."""
+    value = headers.get(name)
+    if value is None:
+        return None
+    if not _DIGITS.fullmatch(value.strip()):
+        raise SourceError(url, f"malformed {name} header {_shown(value)}: not a byte count")
+    return int(value)
+
+
+def _shown(value: str) -> str:
+    """A header's value as an error message shows it: quoted, and cut after 80 characters."""
+    return repr(value[:80]) + ("..." if len(value) > 80 else "")
 
 
 def _past_end(url: str, start: int, headers: Message, size_of: Callable[[], int | None]) -> Response:
@@ -214,9 +268,11 @@ def fetch_json(
     reply = http_request(url, target, options, doing, read_error=read_error)
     with reply:
         try:
-            body = reply.read()
+            body = read_up_to(reply.read1, options.max_companion_bytes)
         except (OSError, http.client.HTTPException) as exn:
             raise TransientError(f"{doing}: {type(exn).__name__}: {exn}") from exn
+    if body is None:
+        raise SourceError(url, f"{doing}: the reply is larger than {options.max_companion_bytes} bytes")
     try:
         return json.loads(body), reply.headers
     except ValueError as exn:

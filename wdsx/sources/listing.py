@@ -4,7 +4,12 @@
 and its compressed forms); ``s3://bucket/data/train-*.tar`` names the objects matching the glob
 (``*``, ``?``, ``[...]``; ``*`` also matches ``/``). Only the literal part before the first
 glob character is listed, page by page. Every store with a lister (``s3://``, ``gs://``,
-``az://``, ``hf://``, fsspec protocols) works the same way, and so do local paths.
+``az://``, ``hf://``, fsspec protocols) works the same way, and so do local paths; a local
+directory names its shards with or without the trailing slash.
+
+Local shards named one by one can be checked before anything is read
+(:func:`missing_local_shards`): a typo at the end of a brace range is then found at once, not
+when a reader reaches that shard.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import fnmatch
 import glob
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from wdsx.core.compression import SHARD_SUFFIXES
 from wdsx.sources.base import SourceOptions
@@ -41,16 +46,48 @@ def list_shards(pattern: str, options: SourceOptions | None = None) -> list[str]
     scheme = pattern[: len(pattern) - len(path)]
     if _GLOB_CHAR.search(path):
         found = glob.glob(path, recursive=True)
-    elif path.endswith("/"):
-        found = [
-            os.path.join(directory, name)
-            for directory, _, names in os.walk(path)
-            for name in names
-            if name.endswith(SHARD_SUFFIXES)
-        ]
+    elif path.endswith("/") or os.path.isdir(path):
+        found = [name for name in _files_under(path) if name.endswith(SHARD_SUFFIXES)]
     else:
         return [pattern]
     return sorted(scheme + name for name in found)
+
+
+def names_several(url: str) -> bool:
+    """Whether ``url`` names a set of shards to list rather than one shard: a glob, a prefix
+    (``.../``) of a store that can list, or a local directory. ``pipe:`` commands never do."""
+    if url.startswith("pipe:"):
+        return False
+    path = local_path(url)
+    if path is not None:
+        return bool(_GLOB_CHAR.search(path)) or path.endswith("/") or os.path.isdir(path)
+    from wdsx.sources import lister_for
+
+    return bool(_GLOB_CHAR.search(url)) or (url.endswith("/") and lister_for(url) is not None)
+
+
+def missing_local_shards(urls: Sequence[str]) -> list[str]:
+    """The local shard URLs of ``urls`` that name no file (remote ones are not looked up): one
+    ``stat`` each, so that a list known up front is checked before the first batch."""
+    return [url for url in urls if (path := local_path(url)) is not None and not os.path.exists(path)]
+
+
+def list_local(prefix: str, options: SourceOptions) -> list[str]:
+    """Every local file URL starting with ``prefix`` (a directory's, or a name's beginning)."""
+    path = local_path(prefix) or prefix
+    scheme = prefix[: len(prefix) - len(path)]
+    directory = path[: path.rfind("/") + 1]
+    return [scheme + name for name in _files_under(directory or ".", directory) if name.startswith(path)]
+
+
+def _files_under(directory: str, spelled: str | None = None) -> Iterator[str]:
+    """The files under ``directory``, at any depth, named as ``spelled`` (by default, the
+    directory itself, with a ``/`` after it) followed by their path inside it."""
+    spelled = directory.rstrip("/") + "/" if spelled is None else spelled
+    for root, _, names in os.walk(directory):
+        inside = os.path.relpath(root, directory)
+        for name in names:
+            yield spelled + (name if inside == "." else f"{inside}/{name}")
 
 
 def _selection(pattern: str) -> tuple[str, Callable[[str], bool]] | None:

@@ -29,6 +29,11 @@ class LocalSource(Source):
         self.local_path = path
         try:
             self._file = open(path, "rb", buffering=0)  # noqa: SIM115 - closed in close()
+        except IsADirectoryError as exn:
+            where = url.rstrip("/")
+            raise SourceError(
+                url, f"is a directory, not a shard: name its shards {where}/ or {where}/*.tar"
+            ) from exn
         except OSError as exn:
             raise SourceError(url, f"cannot open: {exn.strerror or exn}") from exn
         if offset:

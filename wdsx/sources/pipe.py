@@ -7,12 +7,18 @@ output is closed gets SIGTERM, then SIGKILL, with everything it started (the she
 the first SIGTERM so that it reaps its children instead of orphaning them). Exit status 141
 (the shell's report of SIGPIPE) is not an error; any other non-zero status is, once the stream
 has ended. ``WDS_SECURE=1`` or ``SourceOptions(allow_pipe=False)`` refuses ``pipe:`` URLs.
+
+A command whose output stalls (less than ``SourceOptions.min_rate`` bytes per second over the
+stall window, :mod:`wdsx.sources.stall`) fails with an error naming the byte it stalled at: it
+is not run again, since a command cannot be asked for its output from a byte on, and running
+it twice may do twice what it does.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import select
 import signal
 import subprocess
 import time
@@ -21,6 +27,7 @@ from typing import IO
 from wdsx.core.env import secure_mode
 from wdsx.core.errors import SourceError
 from wdsx.sources.base import Sink, Source, SourceOptions
+from wdsx.sources.stall import StallWatch
 
 log = logging.getLogger("wdsx")
 
@@ -32,14 +39,25 @@ _GRACE_SECONDS = 1.0
 
 
 def _start(
-    url: str, options: SourceOptions, stdin: int | None = None, stdout: int | None = None
+    url: str,
+    options: SourceOptions,
+    stdin: int | None = None,
+    stdout: int | None = None,
+    bufsize: int | None = None,
 ) -> subprocess.Popen[bytes]:
+    """Run the command of ``url``; its pipe is buffered by ``bufsize`` bytes (default
+    ``options.chunk``; 0 for none)."""
     if not options.allow_pipe or secure_mode():
         raise SourceError(url, "pipe: URLs are disabled (WDS_SECURE=1 or SourceOptions(allow_pipe=False))")
     command = url[len("pipe:") :]
     try:
         return subprocess.Popen(
-            command, shell=True, bufsize=options.chunk, start_new_session=True, stdin=stdin, stdout=stdout
+            command,
+            shell=True,
+            bufsize=options.chunk if bufsize is None else bufsize,
+            start_new_session=True,
+            stdin=stdin,
+            stdout=stdout,
         )
     except OSError as exn:
         raise SourceError(url, f"cannot start command {command!r}: {exn}") from exn
@@ -133,7 +151,10 @@ def _check_status(url: str, process: subprocess.Popen, status: int) -> None:
 
 
 class PipeSource(Source):
-    """The standard output of ``pipe:CMD``; starting at an offset reads and discards up to it."""
+    """The standard output of ``pipe:CMD``; starting at an offset reads and discards up to it.
+
+    The output is read unbuffered, each read taking what the pipe holds once it holds anything,
+    so that the time the command keeps it waiting can be measured."""
 
     seekable = False
 
@@ -142,9 +163,13 @@ class PipeSource(Source):
         self.url = url
         self.local_path = None
         self._options = options
-        self._process = _start(url, options, stdout=subprocess.PIPE)
+        self._process = _start(url, options, stdout=subprocess.PIPE, bufsize=0)
         assert self._process.stdout is not None
         self._stdout: IO[bytes] = self._process.stdout
+        self._position = 0
+        self._watch = StallWatch(options)
+        self._poll = select.poll()
+        self._poll.register(self._stdout, select.POLLIN)
         self._ended = False
         self._closed = False
         if offset:
@@ -170,11 +195,26 @@ class PipeSource(Source):
             raise ValueError(f"{self.url}: read from a closed source")
         if self._ended:
             return b""
-        data = self._stdout.read(n)
+        data = self._receive(n)
         if not data and n > 0:
             self._ended = True
             self._finish()
+        self._position += len(data)
         return data
+
+    def _receive(self, n: int) -> bytes:
+        """Up to ``n`` bytes once the pipe holds some (or has ended); an error when the command
+        keeps the read waiting past the stall window."""
+        while True:
+            stalled = self._watch.stalled()
+            if stalled is not None:
+                raise SourceError(self.url, f"reading at byte {self._position}: {stalled}")
+            started = time.monotonic()
+            ready = self._poll.poll(1000 * self._watch.remaining() + 1)
+            data = self._stdout.read(n) if ready else None
+            self._watch.record(time.monotonic() - started, len(data or b""))
+            if data is not None:
+                return data
 
     def _finish(self) -> None:
         """At the end of the stream: wait for the command and check how it exited."""

@@ -44,11 +44,12 @@ class _Prefetched(Source):
 class _Opening:
     """One shard being opened, and its first chunks read, by a background thread."""
 
-    def __init__(self, url: str, offset: int, options: SourceOptions, sha256: str | None):
+    def __init__(self, url: str, offset: int, options: SourceOptions, sha256: str | None, size: int | None):
         self._url = url
         self._offset = offset
         self._options = options
         self._sha256 = sha256
+        self._size = size
         self._source: Source | None = None
         self._chunks: list[bytes] = []
         self._error: BaseException | None = None
@@ -61,7 +62,9 @@ class _Opening:
     def _run(self) -> None:
         source = None
         try:
-            source = self._source = open_source(self._url, self._offset, self._options, sha256=self._sha256)
+            source = self._source = open_source(
+                self._url, self._offset, self._options, sha256=self._sha256, size=self._size
+            )
             buffered = 0
             while buffered < _BUFFERED_CHUNKS * self._options.chunk and not self._cancelled:
                 data = source.read(self._options.chunk)
@@ -107,9 +110,10 @@ class Prefetcher:
         self._pending: dict[tuple[str, int], _Opening] = {}
         self._closed = False
 
-    def schedule(self, url: str, offset: int = 0, sha256: str | None = None) -> None:
+    def schedule(self, url: str, offset: int = 0, sha256: str | None = None, size: int | None = None) -> None:
         """Start opening ``url`` at ``offset`` in the background, if it is remote and there is room
-        (``sha256``: the expected hash, checked by the cache)."""
+        (``sha256``: the expected hash, checked by the cache; ``size``: the recorded size, see
+        :func:`~wdsx.sources.open_source`)."""
         key = (url, offset)
         if (
             self._closed
@@ -118,13 +122,13 @@ class Prefetcher:
             or len(self._pending) >= self.options.prefetch
         ):
             return
-        self._pending[key] = _Opening(url, offset, self.options, sha256)
+        self._pending[key] = _Opening(url, offset, self.options, sha256, size)
 
-    def open(self, url: str, offset: int = 0, sha256: str | None = None) -> Source:
+    def open(self, url: str, offset: int = 0, sha256: str | None = None, size: int | None = None) -> Source:
         """The prefetched stream for ``(url, offset)`` if it was scheduled, else a freshly opened one."""
         opening = self._pending.pop((url, offset), None)
         if opening is None:
-            return open_source(url, offset, self.options, sha256=sha256)
+            return open_source(url, offset, self.options, sha256=sha256, size=size)
         return opening.result()
 
     def close(self) -> None:

@@ -1,10 +1,10 @@
 """Remote reads that survive dropped connections by continuing at the first byte not yet delivered.
 
-A shard is fetched as one long response. When the connection drops, times out or ends early,
-:class:`ResumingSource` opens a new ranged request that starts exactly at the next byte the
-caller has not seen: no restart from the beginning of the shard, no duplicated and no missing
-bytes. Backends (S3, HTTP) only say how to open a response at a byte offset and which failures
-are worth another attempt.
+A shard is fetched as one long response. When the connection drops, times out, ends early or
+stalls (:mod:`wdsx.sources.stall`), :class:`ResumingSource` opens a new ranged request that
+starts exactly at the next byte the caller has not seen: no restart from the beginning of the
+shard, no duplicated and no missing bytes. Backends (S3, HTTP) only say how to open a response
+at a byte offset and which failures are worth another attempt.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Protocol, TypeVar
 
 from wdsx.core.errors import SourceError
 from wdsx.sources.base import Source, SourceOptions
+from wdsx.sources.stall import StallWatch
 
 log = logging.getLogger("wdsx")
 T = TypeVar("T")
@@ -26,6 +27,10 @@ T = TypeVar("T")
 
 class TransientError(Exception):
     """A failure worth another attempt: a refused, reset or timed-out connection, a 5xx reply."""
+
+
+class _Stalled(TransientError):
+    """A reply that delivered less than the minimum rate over a whole stall window."""
 
 
 class _ShortReply(TransientError):
@@ -162,6 +167,12 @@ class ResumingSource(Source):
         self._connect = connect
         self.end = end
         self._attempts = Attempts(url, options)
+        self._stalls = Attempts(url, options)
+        """Stalls since the rate was last healthy: a trickle that delivers a few bytes per
+        connection resets :attr:`_attempts`, never this."""
+        self._watch = StallWatch(options)
+        self._failure: TransientError | None = None
+        """A read's failure after it had received some bytes, raised by the next read."""
         self._version: str | None = None
         self._closed = False
         self._response = self._open()
@@ -214,7 +225,11 @@ class ResumingSource(Source):
                 data = self._read_at_position(response, n)
             except TransientError as exn:
                 response.body.close()
-                if not (isinstance(exn, _ShortReply) and self.position > self._opened_at):
+                stalled = self._watch.stalled()
+                if stalled is not None:
+                    self._stalls.failed(_Stalled(stalled), f"reading at byte {self.position}")
+                    self._watch.restart()
+                elif not (isinstance(exn, _ShortReply) and self.position > self._opened_at):
                     self._attempts.failed(exn, f"reading at byte {self.position}")
                 self._response = self._open()
                 continue
@@ -226,15 +241,53 @@ class ResumingSource(Source):
     def _read_at_position(self, response: Response, n: int) -> bytes:
         """Up to ``n`` bytes from :attr:`position`, first discarding what precedes it."""
         while self._body_position < self.position:
-            skipped = response.body.read(min(self.position - self._body_position, self.options.chunk))
+            skipped = self._receive(
+                response.body, min(self.position - self._body_position, self.options.chunk)
+            )
             if not skipped:
                 raise TransientError(f"response ended at byte {self._body_position}")
             self._body_position += len(skipped)
-        data = response.body.read(min(n, self.options.chunk))
+        data = self._receive(response.body, min(n, self.options.chunk))
         self._body_position += len(data)
         if not data and n > 0 and response.end is not None and self.position < response.end:
             raise _ShortReply(f"reply ended at byte {self.position}, before byte {response.end}")
         return data
+
+    def _receive(self, body: Body, n: int) -> bytes:
+        """Up to ``n`` bytes of ``body``, read piece by piece (each read returns once some bytes
+        arrive) until there are ``n``, the body ends, a read fails or the rate stalls. The time
+        each read waits counts toward the stall window, failed reads too (a socket timeout is a
+        silence as long as the timeout). A failure after some bytes is kept for the next call,
+        so that those bytes are delivered first."""
+        if self._failure is not None:
+            kept, self._failure = self._failure, None
+            raise kept
+        pieces: list[bytes] = []
+        got = 0
+        while got < n:
+            data = b""
+            failure: TransientError | None = None
+            stalled = self._watch.stalled()
+            if stalled is not None:
+                failure = _Stalled(stalled)
+            else:
+                started = time.monotonic()
+                try:
+                    data = body.read(n - got)
+                except TransientError as exn:
+                    failure = exn
+                if self._watch.record(time.monotonic() - started, len(data)):
+                    self._stalls.succeeded()
+            if failure is not None:
+                if not got:
+                    raise failure
+                self._failure = failure
+                break
+            if not data:
+                break
+            pieces.append(data)
+            got += len(data)
+        return b"".join(pieces)
 
     def close(self) -> None:
         if not self._closed:

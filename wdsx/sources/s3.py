@@ -34,6 +34,7 @@ from wdsx.sources.retry import (
     range_header,
     wanted_end,
 )
+from wdsx.sources.stall import read_timeout
 
 _TRANSIENT_CODES = frozenset(
     ("SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable", "Throttling", "ThrottlingException")
@@ -56,18 +57,19 @@ def s3_client(options: SourceOptions) -> Any:
         session = boto3.session.Session(profile_name=kwargs.pop("profile_name", None))
         return session.client("s3", config=_client_config(options, kwargs.pop("config", None)), **kwargs)
 
-    return _clients.get((sorted(options.s3.items()), options.timeout), make)
+    return _clients.get((sorted(options.s3.items()), options.timeout, read_timeout(options)), make)
 
 
 def _client_config(options: SourceOptions, extra: dict[str, Any] | Config | None) -> Config:
-    """Timeouts from the options; no retries inside botocore, since wdsx retries by byte offset.
+    """Timeouts from the options (a read waits at most the stall window); no retries inside
+    botocore, since wdsx retries by byte offset.
 
     botocore's whole-response checksum is off for reads: a read resumed with ranged GETs is
     never one whole response. (The cache checks a sha256 when one is given.)
     """
     config = Config(
         connect_timeout=options.timeout,
-        read_timeout=options.timeout,
+        read_timeout=read_timeout(options),
         retries={"total_max_attempts": 1},
         max_pool_connections=32,
         response_checksum_validation="when_required",
@@ -111,15 +113,21 @@ def s3_errors(url: str, doing: str) -> Iterator[None]:
 
 
 class _S3Body:
-    """A GetObject body whose network failures surface as :class:`TransientError`."""
+    """A GetObject body whose network failures surface as :class:`TransientError`.
+
+    Reads return as soon as some bytes arrive (urllib3's ``read1``), so a trickling reply is
+    judged by its rate instead of blocking until a whole read fills. (botocore's own check of
+    the length is not needed: a reply that ends short is resumed where it stopped.)"""
 
     def __init__(self, url: str, stream: Any):
         self._url = url
         self._stream = stream
+        raw = getattr(stream, "_raw_stream", None)
+        self._read = getattr(raw, "read1", None) or stream.read
 
     def read(self, n: int) -> bytes:
         with s3_errors(self._url, "reading"):
-            return self._stream.read(n)
+            return bytes(self._read(n))
 
     def close(self) -> None:
         self._stream.close()
