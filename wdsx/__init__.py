@@ -51,6 +51,7 @@ from wdsx.codecs.encoders import numpy_dumps, torch_dumps
 from wdsx.codecs.legacydecode import weights_only as _weights_only
 from wdsx.core.errors import (
     DecodingError,
+    EncodingError,
     NoSamplesError,
     NotResumableError,
     ShardError,

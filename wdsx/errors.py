@@ -3,6 +3,7 @@
 from wdsx.core.errors import (
     AbsentNameError,
     DecodingError,
+    EncodingError,
     NoSamplesError,
     NotResumableError,
     ShardError,
@@ -20,6 +21,7 @@ from wdsx.core.errors import (
 __all__ = [
     "AbsentNameError",
     "DecodingError",
+    "EncodingError",
     "NoSamplesError",
     "NotResumableError",
     "ShardError",

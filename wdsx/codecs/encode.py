@@ -5,6 +5,11 @@ uses ``png``); a trailing ``.gz`` gzips the result. Bytes pass through and any `
 UTF-8 encoded whatever the extension, as in webdataset. Unlike webdataset, the output is the
 same on every run: gzip headers carry no timestamp, and PBM/PGM images are written instead of
 failing. ``_``-prefixed fields are metadata and pass through unencoded.
+
+A value an encoder cannot take is an :class:`EncodingError` naming the sample and the field,
+whatever the encoder raised; so is a value that would not read back: ``None`` as a label, a
+non-text value in a text field, an array of Python objects in ``.npy``/``.npz`` (readers load
+those without pickle).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from wdsx.codecs import tenbin
+from wdsx.core.errors import EncodingError
 
 Encoder = Callable[[dict[str, Any]], dict[str, Any]]
 FieldEncoder = Callable[[Any], bytes]
@@ -28,11 +34,30 @@ BytesLike = (bytes, bytearray, memoryview)
 
 
 def _ascii(value: Any) -> bytes:
+    if value is None:
+        raise ValueError("None is not a label (a class, count or index): was it missing?")
     return str(value).encode("ascii")
 
 
 def _utf8(value: Any) -> bytes:
+    if not isinstance(value, str):
+        raise ValueError(f"text fields take str or bytes, not {type(value).__name__}")
     return value.encode("utf-8")
+
+
+_OBJECT_ARRAY = (
+    "an array of Python objects cannot be read back from .npy/.npz (readers refuse pickle); use .pyd"
+)
+
+
+def _plain_array(value: Any) -> np.ndarray:
+    """``value`` as an array ``np.load`` reads back without pickle."""
+    if value is None:
+        raise ValueError("None is not an array")
+    array = np.asanyarray(value)
+    if array.dtype.hasobject:
+        raise ValueError(_OBJECT_ARRAY)
+    return array
 
 
 def _json(value: Any) -> bytes:
@@ -49,7 +74,7 @@ def _torch(value: Any) -> bytes:
 
 def _npy(value: np.ndarray) -> bytes:
     stream = io.BytesIO()
-    np.lib.format.write_array(stream, np.asanyarray(value))
+    np.lib.format.write_array(stream, _plain_array(value))
     return stream.getvalue()
 
 
@@ -61,11 +86,16 @@ def _npz(value: Mapping[str, np.ndarray]) -> bytes:
     """
     if not isinstance(value, Mapping):
         raise ValueError(f"npz fields must be a dict of arrays, not {type(value).__name__}")
+    arrays = {}
+    for name, array in value.items():
+        if not isinstance(name, str):
+            raise ValueError(f"npz array names must be str, not {type(name).__name__} {name!r}")
+        arrays[name] = _plain_array(array)
     stream = io.BytesIO()
     with zipfile.ZipFile(stream, "w", zipfile.ZIP_DEFLATED, allowZip64=True) as archive:
-        for name, array in value.items():
+        for name, array in arrays.items():
             with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
-                np.lib.format.write_array(member, np.asanyarray(array))
+                np.lib.format.write_array(member, array)
     return stream.getvalue()
 
 
@@ -166,13 +196,17 @@ def encode_field(value: Any, ext: str, encoders: Mapping[str, FieldEncoder] = DE
 
 
 def encode_sample(sample: Mapping[str, Any], encoders: Mapping[str, FieldEncoder] = DEFAULT_ENCODERS) -> dict:
-    """Every field of ``sample`` encoded by :func:`encode_field`; errors name the key and field."""
+    """Every field of ``sample`` encoded by :func:`encode_field`. Whatever an encoder raises
+    (but a missing package or memory) becomes an :class:`EncodingError` naming the key and field."""
     result = {}
     for ext, value in sample.items():
         try:
             result[ext] = encode_field(value, ext, encoders)
-        except ValueError as exn:
-            raise ValueError(f"sample {sample.get('__key__')!r}, field {ext!r}: {exn}") from exn
+        except (ImportError, MemoryError):
+            raise
+        except Exception as exn:
+            reason = str(exn) if type(exn) is ValueError else f"{type(exn).__name__}: {exn}"
+            raise EncodingError(reason, sample.get("__key__"), ext) from exn
     return result
 
 

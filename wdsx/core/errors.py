@@ -115,6 +115,49 @@ class DecodingError(WdsxError, ValueError):
         return (type(self), (self.url, self.key, self.k), {"args": self.args})
 
 
+class EncodingError(WdsxError, ValueError):
+    """A sample that cannot be written as given: a key or field name that would not read back
+    as written, or a value no encoder takes. Names the sample's key, the field and the shard
+    (when known) and says why. Writers raise it before any byte of the sample is written, so
+    the writer can go on with the next sample."""
+
+    def __init__(self, reason: str, key: Any = None, field: Any = None, url: str | None = None):
+        self.reason = reason
+        self.key = key
+        self.field = field
+        self.url = url
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        where = []
+        if self.key is not None:
+            where.append(f"sample {_shown(self.key)}")
+        if self.field is not None:
+            where.append(f"field {_shown(self.field)}")
+        shard = f" (shard {self.url})" if self.url is not None else ""
+        return ", ".join(where) + (": " if where else "") + self.reason + shard
+
+    def located(self, url: str | None) -> EncodingError:
+        """This error, naming shard ``url`` (a writer adds it to what its encoder raised)."""
+        if url is not None and self.url is None:
+            self.url = url
+            self.args = (self._message(),)
+        return self
+
+    def __reduce__(self) -> tuple:
+        # A refused key or field can be any object: its repr always pickles, and the message
+        # stays the one the error was raised with.
+        key, field = (
+            value if value is None or isinstance(value, str) else repr(value)
+            for value in (self.key, self.field)
+        )
+        return (type(self), (self.reason, key, field, self.url), {"args": self.args})
+
+
+def _shown(name: Any) -> str:
+    return shown_name(name) if isinstance(name, str) else shown_name(repr(name))[1:-1]
+
+
 class StateError(WdsxError, ValueError):
     """A checkpoint cannot be saved or restored exactly; says what differs."""
 

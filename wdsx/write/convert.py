@@ -39,8 +39,8 @@ from wdsx.core import rng, topology
 from wdsx.read.manifest import Manifest, ShardEntry, manifest_url_for_pattern, natural_key, read_if_present
 from wdsx.sources import SourceOptions, local_path
 from wdsx.write.folder import IMAGE_EXTENSIONS, ConvertError, ImageFile, leaves_folder, list_images
-from wdsx.write.partial import open_shard_sink
-from wdsx.write.writer import TarWriter, shard_is_full
+from wdsx.write.partial import write_whole
+from wdsx.write.writer import TarWriter, checked_pattern, shard_is_full
 
 if TYPE_CHECKING:
     from multiprocessing.sharedctypes import Synchronized
@@ -253,8 +253,7 @@ def prepare_image(data: bytes, image_file: ImageFile, settings: ConvertSettings)
 
 
 def _write_json(url: str, value: object, options: SourceOptions | None) -> None:
-    with open_shard_sink(url, options) as sink:
-        sink.write(json.dumps(value).encode("utf-8"))
+    write_whole(url, json.dumps(value).encode("utf-8"), options)
 
 
 def _read_json(url: str, options: SourceOptions | None) -> dict | None:
@@ -285,14 +284,15 @@ def write_shard(job: ShardJob, progress: Callable[[int], object] = lambda n: Non
                     field_name, payload = prepare_image(
                         _read_image(job, image_file), image_file, job.settings
                     )
+                    label = b"%d" % image_file.label
+                    writer.write({"__key__": image_file.key, field_name: payload, "cls": label})
                 except Exception as exn:
+                    if writer.closed:  # the shard itself failed (a full disk): not this image
+                        raise
                     reason = f"{type(exn).__name__}: {exn}"
                     if job.strict:
                         raise ConvertError(f"{image_file.path}: {reason} (--strict)") from exn
                     skipped.append((image_file.path, reason))
-                else:
-                    label = b"%d" % image_file.label
-                    writer.write({"__key__": image_file.key, field_name: payload, "cls": label})
             noted += [(image_file.path, f"{w.category.__name__}: {w.message}") for w in caught]
             progress(1)
     entry = ShardEntry(posixpath.basename(job.url), writer.count, writer.bytes_written, writer.sha256)
@@ -374,7 +374,7 @@ class _Records:
             "classes": list(classes),
             "convert": {"fingerprint": self.plan_id, "skipped_by_shard": skipped},
         }
-        Manifest(shards, extra).write(self.manifest_url, self.options)
+        write_whole(self.manifest_url, Manifest(shards, extra).to_json().encode("utf-8"), self.options)
         for url in self.urls:
             path = local_path(_record_url(url))
             if path is not None and os.path.exists(path):
@@ -478,7 +478,7 @@ def convert(
     if not 0 <= rank < world_size:
         raise ConvertError(f"rank {rank} is not in 0..{world_size - 1}")
     src = os.path.abspath(src)
-    pattern = shard_pattern(dest)
+    pattern = checked_pattern(shard_pattern(dest))
     listing = list_images(src, follow_symlinks)
     if not listing.images:
         raise ConvertError(f"{src}: no images found (expected one sub-folder of images per class)")

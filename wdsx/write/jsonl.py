@@ -8,6 +8,11 @@ manifest with each shard's line count, size and SHA-256.
 
 Compression follows the name (``.jsonl.gz``: gzip without a timestamp, ``.jsonl.zst``: zstd,
 which needs ``pip install 'wdsx[zstd]'``) unless ``compress`` says otherwise.
+
+A value that would not read back as written is refused with an
+:class:`~wdsx.codecs.encode.EncodingError` naming the line, before any of it is written: one
+``json.dumps`` cannot encode (a set, an object, a circular list, a lone surrogate) and one
+with a dict key that is not a str (JSON would turn ``{1: "a"}`` into ``{"1": "a"}``).
 """
 
 from __future__ import annotations
@@ -15,8 +20,32 @@ from __future__ import annotations
 import json
 from typing import Any, BinaryIO
 
+from wdsx.core.errors import EncodingError
+from wdsx.read.formats import shard_stem
 from wdsx.sources import SourceOptions
 from wdsx.write.writer import ShardWriter, _FileWriter, compression_for
+
+
+def _non_str_key(value: Any) -> tuple[str, Any] | None:
+    """Where the first dict key that is not a str lies in ``value`` (a path such as
+    ``["a"][0]``, and the key), or None. ``value`` must be free of cycles (``json.dumps``
+    succeeded on it)."""
+    pending: list[tuple[str, Any]] = [("", value)]
+    while pending:
+        path, item = pending.pop()
+        if isinstance(item, dict):
+            for key, inner in item.items():
+                if not isinstance(key, str):
+                    return path, key
+                if isinstance(inner, (dict, list, tuple)):
+                    pending.append((f"{path}[{key!r}]", inner))
+        elif isinstance(item, (list, tuple)):
+            pending.extend(
+                (f"{path}[{index}]", inner)
+                for index, inner in enumerate(item)
+                if isinstance(inner, (dict, list, tuple))
+            )
+    return None
 
 
 def _zstd_compressor() -> Any:
@@ -53,10 +82,31 @@ class JsonlWriter(_FileWriter):
         """Write ``value`` (anything ``json.dumps`` takes) as one line; returns the line's bytes."""
         if self.closed:
             raise ValueError("write to a closed JsonlWriter")
-        line = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
-        self._out.add(self._zstd.compress(line) if self._zstd is not None else line)
+        line = self._line(value)
+        self._put((self._zstd.compress(line) if self._zstd is not None else line,))
         self.count += 1
         return len(line)
+
+    def _line(self, value: Any) -> bytes:
+        """``value``'s line; an :class:`EncodingError` when it would not read back as written."""
+        try:
+            line = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+        except (TypeError, ValueError, RecursionError) as exn:
+            raise self._refused(f"json.dumps cannot write it ({type(exn).__name__}: {exn})") from exn
+        found = _non_str_key(value)
+        if found is not None:
+            path, key = found
+            as_read = next(iter(json.loads(json.dumps({key: None}))))
+            raise self._refused(
+                f"the object at value{path} has a {type(key).__name__} key {key!r}, which JSON "
+                f"would turn into the string {as_read!r}"
+            )
+        return line
+
+    def _refused(self, reason: str) -> EncodingError:
+        """The error for the line being written, named by the key the reader will give it."""
+        key = f"{shard_stem(self.url)}/{self.count}" if self.url is not None else None
+        return EncodingError(f"line {self.count + 1}: {reason}", key, url=self.url)
 
     def _trailer(self) -> bytes:
         return self._zstd.flush() if self._zstd is not None else b""

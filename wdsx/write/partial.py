@@ -12,10 +12,14 @@ same shard removes a partial file only when nobody holds its lock and:
 
 A partial file whose lock cannot be tested (a filesystem without locks) is removed only in the
 first case; one that does not follow this naming (another tool's) is never touched.
+
+A writer that fails (a full disk at any write, at the flush or at the rename) removes its
+partial file before the error reaches the caller.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import glob
@@ -71,13 +75,17 @@ class PartialFileSink(Sink):
             os.fsync(self._file.fileno())
             os.chmod(self._temp, 0o644)
             os.replace(self._temp, self.path)  # renamed while still locked: no cleaner can interfere
-        finally:
-            self._file.close()
+        except BaseException:
+            self.abort()
+            raise
+        self._file.close()
 
     def abort(self) -> None:
-        if not self._file.closed:
+        # Closing flushes what is buffered, which fails again on a full disk; the descriptor is
+        # closed all the same, and the file goes.
+        with contextlib.suppress(OSError):
             self._file.close()
-        if os.path.exists(self._temp):
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(self._temp)
 
 
@@ -144,6 +152,18 @@ def remove_abandoned_partials(path: str) -> list[str]:
             log.info("removed %s, left by a writer that was killed", candidate)
             removed.append(candidate)
     return removed
+
+
+def write_whole(url: str, data: bytes, options: SourceOptions | None = None) -> None:
+    """Write the small file ``url`` (a manifest, a record) through :func:`open_shard_sink`: it
+    appears complete or not at all, and a failure leaves nothing behind."""
+    sink = open_shard_sink(url, options)
+    try:
+        sink.write(data)
+        sink.commit()
+    except BaseException:
+        sink.abort()
+        raise
 
 
 def open_shard_sink(url: str, options: SourceOptions | None = None) -> Sink:

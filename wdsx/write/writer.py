@@ -9,7 +9,13 @@ order, ``_`` fields only with ``keep_meta``), with these differences on purpose:
   or on S3, and what a killed writer left of it is removed by the next writer of that shard;
 - ``ShardWriter`` opens shards lazily (no empty shard when nothing is written, #376) and, at
   ``close()``, writes a manifest listing each shard's sample count, size and SHA-256;
-- fields a reader adds (``__url__``, ``__local_path__``...) are never written back.
+- fields a reader adds (``__url__``, ``__local_path__``...) are never written back;
+- a sample whose key or field names would not read back as written (:mod:`wdsx.write.names`)
+  or whose value cannot be encoded is refused with an :class:`~wdsx.codecs.encode.EncodingError`
+  before any byte of it is written: the writer goes on with the next sample;
+- a failure while writing (a full disk) discards the shard: a writer given a URL leaves no file
+  behind, and a ``ShardWriter`` then writes no manifest;
+- ``ShardWriter`` checks its pattern when constructed.
 """
 
 from __future__ import annotations
@@ -18,23 +24,21 @@ import bz2
 import hashlib
 import logging
 import lzma
+import os
 import posixpath
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, BinaryIO, ClassVar, Protocol, TypeVar
 
 from wdsx.codecs.encode import FieldEncoder, make_encoder
-from wdsx.core.sampleseed import EPOCH_SEED
+from wdsx.core.errors import EncodingError
 from wdsx.read.manifest import Manifest, ShardEntry, manifest_url_for_pattern
-from wdsx.read.samples import POSITION
 from wdsx.sources import Sink, SourceOptions
-from wdsx.write.partial import open_shard_sink
+from wdsx.write.names import NameChecker
+from wdsx.write.partial import open_shard_sink, write_whole
 from wdsx.write.tarformat import HeaderMaker, end_of_archive, padding
 
 log = logging.getLogger("wdsx")
-
-NEVER_WRITTEN = frozenset(("__key__", "__url__", "__local_path__", POSITION, "__pad__", EPOCH_SEED))
-"""Fields that describe where a sample was read from; writing them back would be wrong."""
 
 _FLUSH_AT = 1 << 20
 
@@ -135,14 +139,15 @@ class _Output:
             self._write(data)
 
 
-def _as_payload(value: Any, name: str) -> _Bytes:
+def _as_payload(value: Any) -> _Bytes:
+    """A field's encoded value as the bytes of its member; ValueError when it is not bytes-like."""
     if isinstance(value, str):
         return value.encode("utf-8")
     if isinstance(value, memoryview):
         return value.cast("B") if value.c_contiguous else value.tobytes()
     if isinstance(value, (bytes, bytearray)):
         return value
-    raise ValueError(f"{name}: the encoder gave a {type(value).__name__}, not bytes")
+    raise ValueError(f"the value is a {type(value).__name__}, not bytes or str (what encoded fields must be)")
 
 
 _W = TypeVar("_W", bound="_AllOrNothing")
@@ -186,6 +191,16 @@ class _FileWriter(_AllOrNothing):
     def _trailer(self) -> bytes:
         """The bytes that end the file (after everything written)."""
         return b""
+
+    def _put(self, chunks: Iterable[_Bytes]) -> None:
+        """Write ``chunks``; if that fails (a full disk, an interrupt), discard the file and
+        re-raise: what is half written is never kept."""
+        try:
+            for chunk in chunks:
+                self._out.add(chunk)
+        except BaseException:
+            self.abort()
+            raise
 
     @property
     def bytes_written(self) -> int:
@@ -248,49 +263,47 @@ class TarWriter(_FileWriter):
         self.keep_meta = keep_meta
         self.mtime = mtime
         self.encoder = make_encoder(encoder)
+        self._renames = callable(encoder)
+        """Whether the encoder is the user's function, which may change a sample's names."""
+        self._names = NameChecker(keep_meta)
         self._headers = HeaderMaker(
             mode=mode, mtime=0 if mtime is None else int(mtime), uname=user, gname=group
         )
         self._open(fileobj, compression_for(fileobj, compress), options)
         self.count = 0
         """Samples written."""
-        self._warned_dotted_key = False
 
     def write(self, obj: dict[str, Any]) -> int:
-        """Write one sample; returns its payload bytes (headers and padding not counted)."""
+        """Write one sample; returns its payload bytes (headers and padding not counted).
+
+        A sample that cannot be written as given is an :class:`~wdsx.codecs.encode.EncodingError`
+        raised before any of its bytes is written; a failure while writing discards the file.
+        """
         if self.closed:
             raise ValueError("write to a closed TarWriter")
-        if "__key__" not in obj:
-            raise ValueError("a sample must contain a __key__")
-        encoded = self.encoder(obj)
-        key = encoded["__key__"]
-        if not isinstance(key, str) or not key:
-            raise ValueError(f"__key__ must be a non-empty str, not {key!r}")
-        self._check_key(key)
-        members = []
-        for field in sorted(encoded):
-            if field[0] == "_" and (not self.keep_meta or field in NEVER_WRITTEN):
-                continue
-            name = key + "." + field
-            members.append((name, _as_payload(encoded[field], name)))
-        total = 0
-        for name, payload in members:
-            size = len(payload)
-            self._out.add(self._headers.member(name, size))
-            self._out.add(payload)
-            self._out.add(padding(size))
-            total += size
+        try:
+            if self._renames:  # the names to check are those the user's encoder gives
+                encoded = self.encoder(obj)
+                key, members = self._names.members(encoded)
+            else:
+                key, members = self._names.members(obj)
+                encoded = self.encoder(obj)
+            chunks: list[_Bytes] = []
+            total = 0
+            for field, name in members:
+                try:
+                    payload = _as_payload(encoded[field])
+                except ValueError as exn:
+                    raise EncodingError(str(exn), key, field) from None
+                size = len(payload)
+                chunks += (self._headers.member(name, size), payload, padding(size))
+                total += size
+        except EncodingError as exn:
+            exn.located(self.url)
+            raise
+        self._put(chunks)
         self.count += 1
         return total
-
-    def _check_key(self, key: str) -> None:
-        if not self._warned_dotted_key and "." in key.rpartition("/")[2]:
-            self._warned_dotted_key = True
-            log.warning(
-                "sample key %r has a dot in its last path component: readers will split it there "
-                "and see a different key and extension (warning once per writer)",
-                key,
-            )
 
     def _trailer(self) -> bytes:
         return end_of_archive(self._out.tar_bytes)
@@ -301,6 +314,8 @@ class ShardFile(Protocol):
     writer of another shard format)."""
 
     count: int
+    closed: bool
+    """True once closed or aborted: a write that fails while writing aborts the shard."""
 
     def write(self, obj: Any) -> int: ...
 
@@ -320,12 +335,36 @@ def shard_is_full(count: int, size: float, maxcount: float, maxsize: float) -> b
     return count >= maxcount or size >= maxsize
 
 
+_PATTERN_HINT = "it needs one %d-style placeholder for the shard number, as in 'out/shard-%06d.tar'"
+
+
+def checked_pattern(pattern: Any, start: int = 0) -> str:
+    """``pattern`` (a str, or a path) as a str, once ``pattern % n`` is known to name shards
+    ``start``, ``start + 1``... by different names; a ValueError naming the pattern otherwise."""
+    if isinstance(pattern, os.PathLike):
+        pattern = os.fspath(pattern)
+    if not isinstance(pattern, str):
+        raise ValueError(
+            f"a shard pattern is a str, not a {type(pattern).__name__} ({pattern!r}); {_PATTERN_HINT}"
+        )
+    try:
+        first, second = pattern % start, pattern % (start + 1)
+    except (TypeError, ValueError, OverflowError) as exn:
+        raise ValueError(f"shard pattern {pattern!r} cannot name shards ({exn}); {_PATTERN_HINT}") from None
+    if first == second:
+        raise ValueError(f"shard pattern {pattern!r} gives every shard the name {first!r}; {_PATTERN_HINT}")
+    if "\0" in first + second:
+        raise ValueError(f"shard pattern {pattern!r} gives names with a NUL byte; {_PATTERN_HINT}")
+    return pattern
+
+
 class ShardWriter(_AllOrNothing):
     """Write samples to a sequence of shards ``pattern % n``, each complete before the next starts.
 
     A new shard starts before a write once the current one holds ``maxcount`` samples or
     ``maxsize`` payload bytes (webdataset's rule, so the same samples split at the same
     places). Shards are opened on the first write to them, so no empty shard is ever left.
+    ``pattern`` is checked here: one that cannot number shards is a ValueError naming it.
     ``post(fname)`` runs after each shard is complete. ``opener(fname)``, when given, returns
     the stream to write instead of :func:`~wdsx.sources.open_sink`; the writer closes it.
 
@@ -333,6 +372,11 @@ class ShardWriter(_AllOrNothing):
     (except for ``pipe:`` patterns: that URL would be a command nobody wrote), a str writes it at
     that URL, False writes none. ``metadata`` (also settable as the
     ``metadata`` attribute before ``close``) adds top-level fields to it, such as ``classes``.
+
+    A sample refused with an :class:`~wdsx.codecs.encode.EncodingError` leaves no trace: the
+    writer goes on. Any other failure (a full disk, a failing ``post``) aborts the writer, as
+    an exception inside ``with`` does: the shard being written is discarded, completed shards
+    stay, no manifest is written and later writes are refused.
     """
 
     writer_type: ClassVar[Callable[..., ShardFile]] = TarWriter
@@ -352,6 +396,7 @@ class ShardWriter(_AllOrNothing):
         metadata: Mapping[str, Any] | None = None,
         **tarwriter_kw: Any,
     ):
+        pattern = checked_pattern(pattern, start_shard)
         self.pattern = pattern
         self.maxcount = maxcount
         self.maxsize = maxsize
@@ -379,13 +424,21 @@ class ShardWriter(_AllOrNothing):
             manifest if isinstance(manifest, str) else manifest_url_for_pattern(pattern) if derived else None
         )
         self._stream: BinaryIO | None = None
+        self._aborted = False
 
     def write(self, obj: dict[str, Any]) -> int:
         """Write one sample, starting a new shard first if the current one is full."""
-        if self.tarstream is None or shard_is_full(self.count, self.size, self.maxcount, self.maxsize):
-            self.next_stream()
-        assert self.tarstream is not None
-        size = self.tarstream.write(obj)
+        if self._aborted:
+            raise ValueError(f"write to a ShardWriter of {self.pattern!r} that was aborted")
+        try:
+            if self.tarstream is None or shard_is_full(self.count, self.size, self.maxcount, self.maxsize):
+                self.next_stream()
+            assert self.tarstream is not None
+            size = self.tarstream.write(obj)
+        except BaseException:
+            if self.tarstream is None or self.tarstream.closed:  # the shard failed, not the sample
+                self.abort()
+            raise
         self.count += 1
         self.total += 1
         self.size += size
@@ -414,10 +467,13 @@ class ShardWriter(_AllOrNothing):
         if self.tarstream is None:
             return
         writer, self.tarstream = self.tarstream, None
+        if writer.count == 0:  # every sample offered to it was refused: no empty shard
+            writer.abort()
+            self._close_stream()
+            self.shard -= 1
+            return
         writer.close()
-        if self._stream is not None:
-            self._stream.close()
-            self._stream = None
+        self._close_stream()
         assert self.fname is not None
         self.shards.append(
             ShardEntry(posixpath.basename(self.fname), writer.count, writer.bytes_written, writer.sha256)
@@ -426,25 +482,40 @@ class ShardWriter(_AllOrNothing):
             self.post(self.fname)
 
     def close(self) -> None:
-        """Complete the last shard and write the manifest (when there is something to list)."""
-        self.finish()
-        if self.manifest_url is None or not self.shards:
+        """Complete the last shard and write the manifest (when there is something to list);
+        nothing after :meth:`abort`. If this fails, the writer is aborted."""
+        if self._aborted:
             return
-        manifest = Manifest(list(self.shards), dict(self.metadata))
-        if self.opener is not None:
-            stream = self.opener(self.manifest_url)
-            try:
-                stream.write(manifest.to_json().encode("utf-8"))
-            finally:
-                stream.close()
-        else:
-            manifest.write(self.manifest_url, self.options)
+        try:
+            self.finish()
+            if self.manifest_url is not None and self.shards:
+                self._write_manifest(
+                    Manifest(list(self.shards), dict(self.metadata)).to_json().encode("utf-8")
+                )
+        except BaseException:
+            self.abort()
+            raise
+
+    def _write_manifest(self, data: bytes) -> None:
+        assert self.manifest_url is not None
+        if self.opener is None:
+            write_whole(self.manifest_url, data, self.options)
+            return
+        stream = self.opener(self.manifest_url)
+        try:
+            stream.write(data)
+        finally:
+            stream.close()
 
     def abort(self) -> None:
         """Discard the shard being written (completed shards stay) and write no manifest."""
+        self._aborted = True
         if self.tarstream is not None:
             self.tarstream.abort()
             self.tarstream = None
+        self._close_stream()
+
+    def _close_stream(self) -> None:
         if self._stream is not None:
-            self._stream.close()
-            self._stream = None
+            stream, self._stream = self._stream, None
+            stream.close()
