@@ -27,7 +27,7 @@ from typing import Any
 from wdsx.core import topology as distributed
 from wdsx.core.errors import StateError
 from wdsx.core.sampleseed import epoch_seed
-from wdsx.loader import arena, transport
+from wdsx.loader import arena, lifeline, transport
 from wdsx.loader.profile import Clock, LoaderStats, LoaderWatch, WorkerSide
 from wdsx.pipeline import redeal
 from wdsx.pipeline.datapipeline import DataPipeline, register_with_torch
@@ -257,15 +257,17 @@ class LoaderFactory:
     def make(self, dataset: Any, plain: bool = False, session: str | None = None) -> Any:
         """A DataLoader over ``dataset``; unless ``plain``, its batches carry worker states.
         ``session``: names the pass, whose shared-memory segments stay mapped in this process
-        until :func:`transport.close_session`."""
+        until :func:`transport.close_session`. Its workers never outlive this process."""
         from torch.utils.data import DataLoader, IterableDataset, default_collate, default_convert
 
         IterableDataset.register(_WorkerStream)
         kwargs = dict(self.loader_kwargs)
         collate = kwargs.get("collate_fn") or (default_collate if self.auto_batched else default_convert)
+        init = kwargs.get("worker_init_fn")
         if self.reuse_shared_memory:
             collate = transport.PackingCollate(collate, arena.worker_memory, session)
-            kwargs["worker_init_fn"] = arena.InitWorker(kwargs.get("worker_init_fn"))
+            init = arena.InitWorker(init)
+        kwargs["worker_init_fn"] = lifeline.TiedWorker(init)
         if not plain:
             collate = _CollateWithState(collate, self.auto_batched)
         kwargs["collate_fn"] = collate
@@ -422,7 +424,9 @@ class WebLoader(DataPipeline):
 
     Workers send batches through shared memory that they reuse once the main process has
     freed a batch (:mod:`wdsx.loader.transport`), instead of new shared memory for every tensor;
-    ``reuse_shared_memory=False`` restores PyTorch's way.
+    ``reuse_shared_memory=False`` restores PyTorch's way. Workers end within a fraction of a
+    second when the process that started them dies, however it dies
+    (:mod:`wdsx.loader.lifeline`).
 
     ``loader.stats()`` says where the time goes (:mod:`wdsx.loader.profile`); ``profile=True``
     adds each stage's time in the workers. A worker that produces nothing for
