@@ -18,7 +18,7 @@ had not yet read, plus the samples that sat in their buffers, and deals that out
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from wdsx.core import rng
@@ -134,12 +134,18 @@ def plan_epoch(
     partial: bool = True,
     remainder: str = "exact",
 ) -> list[ConsumerPlan]:
-    """Every consumer's plan for one epoch. Without counts, whole shards are dealt."""
-    units: list[Unit] = [
-        (Piece(pos, 0, None, 0, False), 1 if counts_in_order is None else counts_in_order[pos])
-        for pos in range(nshards)
-    ]
+    """Every consumer's plan for one epoch, as contiguous runs of the order. Without counts,
+    whole shards are dealt."""
+    units = _whole_shards(range(nshards), counts_in_order)
     return _deal(units, consumers, counts_in_order is not None, batch, partial, remainder)
+
+
+def _whole_shards(positions: Iterable[int], counts_in_order: Sequence[int] | None) -> list[Unit]:
+    """The shards at ``positions`` of the order as units (of one when counts are unknown)."""
+    return [
+        (Piece(pos, 0, None, 0, False), 1 if counts_in_order is None else counts_in_order[pos])
+        for pos in positions
+    ]
 
 
 def webdataset_slot(reader: int, ranks: int, workers: int) -> int:
@@ -173,10 +179,8 @@ def plan_round_robin(
     units: list[Unit] = []
     owned = []
     for reader in range(consumers):
-        mine = [
-            (Piece(pos, 0, None, 0, False), 1 if counts_in_order is None else counts_in_order[pos])
-            for pos in range(webdataset_slot(reader, ranks, workers), nshards, consumers)
-        ]
+        slot = webdataset_slot(reader, ranks, workers)
+        mine = _whole_shards(range(slot, nshards, consumers), counts_in_order)
         units.extend(mine)
         owned.append(sum(size for _, size in mine))
     counted = counts_in_order is not None
