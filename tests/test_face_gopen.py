@@ -28,6 +28,7 @@ from wdsx.gopen import (
     reader,
     set_options,
 )
+from wdsx.sources import register, registered, scheme_of, unregister
 
 
 def digest(stream) -> str:
@@ -118,8 +119,7 @@ def test_a_scheme_a_program_adds_is_used(shards, prefix):
     gopen_schemes["mine"] = local_opener(prefix)
     try:
         assert digest(wdsx.gopen(url)) == digest(webdataset.gopen(url))
-        if prefix == "mine://":  # a "scheme:" URL without "//" reads as a local path in wdsx's readers
-            assert keys_of(wdsx, url) == keys_of(webdataset, url)
+        assert keys_of(wdsx, url) == keys_of(webdataset, url)
     finally:
         del web_gopen_schemes["mine"]
         del gopen_schemes["mine"]
@@ -140,6 +140,7 @@ def test_replacing_a_built_in_scheme_and_restoring_it(http_server, shards):
         seen.append(url)
         return open(shards.urls[3], "rb")
 
+    before = registered("http")
     gopen_schemes["http"] = counting
     try:
         assert digest(wdsx.gopen(url)) == expected and seen == [url]
@@ -148,5 +149,27 @@ def test_replacing_a_built_in_scheme_and_restoring_it(http_server, shards):
     finally:
         del gopen_schemes["http"]
     assert gopen_schemes["http"] is gopen_curl
+    assert registered("http") == before  # reader, writer, lister and bounded reads, all back
     count = len(seen)
     assert digest(wdsx.gopen(url)) == expected and len(seen) == count
+
+
+def test_a_name_before_a_colon_is_a_scheme_only_when_registered(tmp_path, shards, monkeypatch):
+    """``mine:/x`` names the scheme ``mine`` once a reader is registered under that name; until
+    then, and for drive letters, ``pipe:`` and ``file:``, such names keep their meaning."""
+    odd = ["C:/data/x.tar", "c:\\data\\x.tar", "mine:/x.tar", "train:v2.tar", "file:/x.tar"]
+    assert [scheme_of(name) for name in odd] == ["file"] * len(odd)
+    assert scheme_of("pipe:cat x.tar") == "pipe" and scheme_of("MINE://x.tar") == "mine"
+    register("mine", lambda url, offset, options: None)  # type: ignore[arg-type, return-value]
+    try:
+        assert scheme_of("mine:/x.tar") == scheme_of("Mine:x.tar") == "mine"
+        assert scheme_of("C:/data/x.tar") == "file" and scheme_of("train:v2.tar") == "file"
+    finally:
+        removed = unregister("mine")
+    assert removed is not None and removed.sink is None and not removed.bounded
+    assert registered("mine") is None and unregister("mine") is None
+    assert scheme_of("mine:/x.tar") == "file"
+    # A local shard whose name holds a colon is read as the file it is.
+    monkeypatch.chdir(tmp_path)
+    shutil.copyfile(shards.urls[0], "train:v2.tar")
+    assert keys_of(wdsx, "train:v2.tar") == keys_of(webdataset, shards.urls[0])

@@ -4,6 +4,7 @@ number of workers (every remaining sample of the epoch read exactly once)."""
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 
 import pytest
@@ -124,7 +125,9 @@ def test_read_errors_keep_their_type_through_workers(tmp_path, workers):
     loader = wdsx.WebLoader(wdsx.WebDataset(data.urls, manifest=False), batch_size=None, num_workers=workers)
     with pytest.raises(wdsx.ShardError):
         list(loader)
-    bad = wdsx.WebDataset(data.urls[:0] + [str(tmp_path / "missing.tar")], manifest=False)
+    gone = make_shards(str(tmp_path / "gone"), [2]).urls[0]
+    bad = wdsx.WebDataset([gone], manifest=False)
+    os.remove(gone)  # vanishes after the dataset is built: the reader finds it missing
     with pytest.raises(wdsx.SourceError):
         list(wdsx.WebLoader(bad, batch_size=None, num_workers=workers))
 

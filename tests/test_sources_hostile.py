@@ -13,6 +13,7 @@ import io
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -23,8 +24,6 @@ import zlib
 import pytest
 
 import wdsx
-from tests import test_sources_retry as retry_tests
-from tests.fixtures import hostile
 from tests.fixtures.hostile import (
     HostileHTTPServer,
     endless,
@@ -49,13 +48,6 @@ from wdsx.sources import (
 )
 from wdsx.sources.http import Target, fetch_json
 from wdsx.sources.stall import STALL_TIMEOUT, stall_window
-
-hostile_http = hostile.hostile_http
-trickle_proxy = hostile.trickle_proxy
-# The stores' shards (S3, HTTP, GCS, Azure, the Hub), shared with the retry tests.
-remote = retry_tests.remote
-s3_remote, http_remote = retry_tests.s3_remote, retry_tests.http_remote
-gcs_remote, azure_remote, hf_remote = retry_tests.gcs_remote, retry_tests.azure_remote, retry_tests.hf_remote
 
 WINDOW = 0.3
 """The stall window of these tests, in seconds."""
@@ -203,6 +195,64 @@ def test_a_recorded_size_bounds_an_endless_reply(hostile_http):
         received, error = read_until_error(source, 1 << 16)
     assert received == SHARD
     assert str(error) == f"{url}: the stream goes on past byte {len(SHARD)}, the shard's recorded size"
+
+
+def route_with_manifest(server: HostileHTTPServer, shards: dict[str, bytes], reply: object = endless) -> None:
+    """Serve each of ``shards`` under ``d/`` followed by endless zero bytes, no Content-Length,
+    beside a manifest that records each one's true size and sample count."""
+    entries = []
+    for name, data in shards.items():
+        server.route(f"d/{name}", endless(data, bytes(1 << 16)))
+        samples = len(oracle_keys(data)) if name.endswith(".tar") else data.count(b"\n")
+        entries.append(ShardEntry(name, samples, len(data)))
+    server.route("d/train.manifest.json", serve(Manifest(entries).to_json().encode()))
+
+
+def past_the_size(url: str, size: int) -> str:
+    return re.escape(f"{url}: the stream goes on past byte {size}, the shard's recorded size")
+
+
+@pytest.mark.timeout(30)
+def test_a_manifest_size_ends_a_tar_followed_by_endless_zeros(hostile_http, caplog):
+    """The probe: a valid tar, then zero bytes without end and no Content-Length. With the
+    manifest beside it, the dataset ends in an error at the recorded size; the samples before
+    it are all delivered (a continuing handler sees them, then the error)."""
+    other = tar_bytes([(f"t{i:03d}.txt", random_bytes(8000, seed=i)) for i in range(3)])
+    route_with_manifest(hostile_http, {"train-000000.tar": SHARD, "train-000001.tar": other})
+    urls = [hostile_http.url(f"d/train-00000{i}.tar") for i in range(2)]
+    with pytest.raises(SourceError, match=past_the_size(urls[0], len(SHARD))):
+        list(wdsx.WebDataset(urls, shardshuffle=False))
+    # The second shard is opened ahead of time while the first is read, and its first 16 KiB
+    # buffered (4 chunks): the rest of it streams from that prefetched source, bounded too.
+    small_chunks = SourceOptions(chunk=4096)
+    with caplog.at_level(logging.WARNING, logger="wdsx"):
+        dataset = wdsx.WebDataset(
+            urls, shardshuffle=False, handler=wdsx.warn_and_continue, options=small_chunks
+        )
+        keys = [sample["__key__"] for sample in dataset]
+    assert keys == oracle_keys(SHARD) + oracle_keys(other)
+    warned = "\n".join(record.getMessage() for record in caplog.records)
+    assert re.search(past_the_size(urls[0], len(SHARD)), warned)
+    assert re.search(past_the_size(urls[1], len(other)), warned)
+
+
+@pytest.mark.timeout(30)
+def test_a_manifest_size_ends_a_jsonl_shard_that_goes_on(hostile_http):
+    lines = b"".join(json.dumps({"text": f"line {i}"}).encode() + b"\n" for i in range(4))
+    route_with_manifest(hostile_http, {"train-000000.jsonl": lines})
+    url = hostile_http.url("d/train-000000.jsonl")
+    with pytest.raises(SourceError, match=past_the_size(url, len(lines))):
+        list(wdsx.WebDataset(url, shardshuffle=False))
+
+
+@pytest.mark.timeout(30)
+def test_the_manifest_of_a_presigned_url_with_slashes_in_its_query_is_used(hostile_http):
+    """A query may hold ``/`` (a signature's credential scope does): the shard is still beside
+    its manifest, so the recorded size bounds the reply."""
+    route_with_manifest(hostile_http, {"train-000000.tar": SHARD})
+    url = hostile_http.url("d/train-000000.tar?scope=20261126/us-east-1/s3")
+    with pytest.raises(SourceError, match=past_the_size(url, len(SHARD))):
+        list(wdsx.WebDataset(url, shardshuffle=False))
 
 
 def run_measured(code: str, timeout: float = 60.0) -> tuple[int, str, float]:
@@ -405,8 +455,9 @@ def test_a_local_directory_is_read_like_a_prefix(shard_dir):
     local = lister_for(root + "/a-")
     assert local is not None and list(local(root + "/a-", SourceOptions())) == [f"{root}/a-000.tar"]
     assert sorted(local(f"file:{root}/", SourceOptions())) == [f"file:{root}/{name}" for name in NAMES]
-    keys = [sample["__key__"] for sample in wdsx.WebDataset(root + "/", shardshuffle=False)]
-    assert keys == ["a-000", "b-001", "sub_c-000"]
+    for named in (root + "/", root, f"file:{root}"):
+        keys = [sample["__key__"] for sample in wdsx.WebDataset(named, shardshuffle=False)]
+        assert keys == ["a-000", "b-001", "sub_c-000"], named
 
 
 def test_a_directory_opened_as_a_shard_says_how_to_name_its_shards(shard_dir):
@@ -429,3 +480,29 @@ def test_missing_local_shards_are_found_before_reading(shard_dir):
     assert missing_local_shards([f"file:{shard_dir}/a-000.tar", f"file:{shard_dir}/zz.tar"]) == [
         f"file:{shard_dir}/zz.tar"
     ]
+
+
+def test_a_missing_shard_is_reported_before_the_first_batch(shard_dir):
+    """The probe: a typo at the end of a brace range used to show only after the epoch."""
+    pattern = f"{shard_dir}/{{a-000,b-001,b-002}}.tar"
+    with pytest.raises(SourceError) as caught:
+        wdsx.WebDataset(pattern, shardshuffle=False)
+    missing = f"{shard_dir}/b-002.tar"
+    assert str(caught.value) == f"{missing}: 1 of 3 local shards do not exist: {missing}"
+
+
+def test_many_missing_shards_are_counted_and_a_few_named(shard_dir):
+    names = [f"{shard_dir}/gone-{i}.tar" for i in range(5)]
+    with pytest.raises(SourceError) as caught:
+        wdsx.WebDataset([f"{shard_dir}/a-000.tar", *names])
+    listed = ", ".join(names[:3])
+    assert str(caught.value) == f"{names[0]}: 5 of 6 local shards do not exist: {listed} and 2 more"
+
+
+def test_a_continuing_handler_is_warned_of_missing_shards_and_reads_the_others(shard_dir, caplog):
+    pattern = f"{shard_dir}/{{a-000,b-002,b-001}}.tar"
+    with caplog.at_level(logging.WARNING, logger="wdsx"):
+        dataset = wdsx.WebDataset(pattern, shardshuffle=False, handler=wdsx.warn_and_continue)
+        warned = [record.getMessage() for record in caplog.records]
+        assert len(warned) == 1 and "1 of 3 local shards do not exist" in warned[0]
+        assert [sample["__key__"] for sample in dataset] == ["a-000", "b-001"]

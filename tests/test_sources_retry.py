@@ -8,94 +8,18 @@ The oracle is the shard's own bytes; the proxy counts what it forwarded and reco
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import pytest
 
+from tests.fixtures.remotes import MiB
 from tests.fixtures.servers import FaultProxy, random_bytes, read_all
-from tests.fixtures.stores import Store, azure_store, gcs_store, hub_store
 from wdsx.errors import SourceError
-from wdsx.sources import SourceOptions, open_source
+from wdsx.sources import open_source
 
 pytestmark = pytest.mark.slow  # real storage servers behind a connection-cutting proxy
 
-MiB = 1 << 20
 CUT_RANGE = (256 << 10, 1536 << 10)
 """Server-to-client bytes after which the proxy cuts a connection: a few cuts per 4 MiB shard."""
-
-
-@dataclass
-class Remote:
-    """A shard stored on one of the test servers, reachable through a proxy."""
-
-    data: bytes
-    port: int
-    via: Callable[..., tuple[str, SourceOptions]]
-    """``via(proxy, **options) -> (url, options)`` reaching the shard through ``proxy``."""
-    replace: Callable[[bytes], None]
-    """Overwrites the stored shard with other content."""
-
-
-@pytest.fixture(scope="module")
-def s3_remote(s3_server):
-    bucket = s3_server.new_bucket()
-    data = random_bytes(4 * MiB + 123, seed=11)
-    client = s3_server.client()
-    client.put_object(Bucket=bucket, Key="shard.tar", Body=data)
-
-    def via(proxy, **options):
-        return f"s3://{bucket}/shard.tar", s3_server.options_via(proxy.url, **options)
-
-    def replace(content):
-        client.put_object(Bucket=bucket, Key="shard.tar", Body=content)
-
-    return Remote(data, s3_server.port, via, replace)
-
-
-@pytest.fixture(scope="module")
-def http_remote(http_server):
-    data = random_bytes(4 * MiB + 123, seed=12)
-    http_server.add("retry-shard.tar", data)
-
-    def via(proxy, **options):
-        return f"{proxy.url}/retry-shard.tar", SourceOptions(**options)
-
-    def replace(content):
-        http_server.add("retry-shard.tar", content)
-
-    return Remote(data, http_server.port, via, replace)
-
-
-def store_remote(store: Store) -> Remote:
-    """A shard on one of the other object stores (:mod:`tests.fixtures.stores`)."""
-    data = random_bytes(4 * MiB + 123, seed=13)
-    url = store.put("shard.tar", data)
-
-    def via(proxy, **options):
-        return url, store.options_via(proxy.url, **options)
-
-    return Remote(data, store.port, via, lambda content: store.put("shard.tar", content))
-
-
-@pytest.fixture(scope="module")
-def gcs_remote(gcs_server):
-    return store_remote(gcs_store(gcs_server))
-
-
-@pytest.fixture(scope="module")
-def azure_remote(azure_server):
-    return store_remote(azure_store(azure_server))
-
-
-@pytest.fixture(scope="module")
-def hf_remote(hub_server):
-    return store_remote(hub_store(hub_server))
-
-
-@pytest.fixture(params=["s3", "http", "gcs", "azure", "hf"])
-def remote(request):
-    return request.getfixturevalue(f"{request.param}_remote")
 
 
 def fast_retries(**changes) -> dict:

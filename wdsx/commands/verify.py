@@ -6,7 +6,6 @@ The exit status is 0 only if every check passes, so it can gate a pipeline.
 from __future__ import annotations
 
 import argparse
-import posixpath
 from typing import Any
 
 import numpy as np
@@ -16,7 +15,7 @@ from wdsx.commands.common import raw_samples, shard_urls
 from wdsx.core.errors import WdsxError
 from wdsx.read import formats
 from wdsx.read.index import index_url, load_index, scan_index
-from wdsx.read.manifest import Manifest, ShardEntry, index_shard, manifest_url_beside
+from wdsx.read.manifest import Manifest, ShardEntry, index_shard, manifest_url_beside, shard_name
 from wdsx.sources import scheme_of
 
 _IMAGES = frozenset(IMAGE_EXTENSIONS)
@@ -106,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     entries = {entry.name: entry for entry in manifest.shards} if manifest else {}
     failed = 0
     for url in urls:
-        expected = entries.get(posixpath.basename(url))
+        expected = entries.get(shard_name(url))
         problems = check_shard(url, expected, not args.no_images)
         if manifest is not None and expected is None:
             problems.append("not listed in the manifest")

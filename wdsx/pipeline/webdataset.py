@@ -4,7 +4,8 @@
 first stage is a :class:`~wdsx.stages.reading.ShardReader`. Where webdataset's behaviour is a known
 trap, wdsx differs (see the README's "Differences from webdataset"): shard order changes every
 epoch, multi-rank jobs split by rank without an explicit nodesplitter, fewer shards than
-workers is fine, and every rank can be given the same number of batches.
+workers is fine, every rank can be given the same number of batches, and missing local shards
+are reported when the dataset is built, not when a reader reaches them.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ from dataclasses import replace
 from typing import Any
 
 from wdsx.core import topology as distributed
-from wdsx.core.errors import Handler, reraise_exception
+from wdsx.core.errors import Handler, SourceError, reraise_exception
 from wdsx.pipeline.datapipeline import DataPipeline
 from wdsx.read.npy import header_counts
 from wdsx.read.shard import ReadSettings
-from wdsx.sources import SourceOptions, scheme_of
+from wdsx.sources import SourceOptions, missing_local_shards, scheme_of
+from wdsx.sources.urls import without_query
 from wdsx.stages.reading import ShardReader
 from wdsx.stages.shardlists import expand_urls, single_node_only, split_by_node, split_by_worker
 
@@ -55,7 +57,25 @@ def _beside(url: str, manifest_url: str | None) -> bool:
         return True
     if scheme_of(url) == "file" and scheme_of(manifest_url) == "file":
         return os.path.dirname(os.path.abspath(url)) == os.path.dirname(os.path.abspath(manifest_url))
-    return posixpath.dirname(url) == posixpath.dirname(manifest_url)
+    return posixpath.dirname(without_query(url)) == posixpath.dirname(without_query(manifest_url))
+
+
+_SHOWN_MISSING = 3
+"""How many missing shards an error names before saying how many more there are."""
+
+
+def _check_local_shards(urls: Sequence[str], handler: Handler) -> None:
+    """Give ``handler`` one :class:`SourceError` listing the local shards of ``urls`` that do
+    not exist, before anything is read: a typo at the end of a brace range shows at once, not
+    after an epoch. A handler that continues has the missing shards skipped when they are read."""
+    local = list(dict.fromkeys(url for url in urls if scheme_of(url) == "file"))
+    missing = missing_local_shards(local)
+    if not missing:
+        return
+    shown = ", ".join(missing[:_SHOWN_MISSING])
+    if len(missing) > _SHOWN_MISSING:
+        shown += f" and {len(missing) - _SHOWN_MISSING} more"
+    handler(SourceError(missing[0], f"{len(missing)} of {len(local)} local shards do not exist: {shown}"))
 
 
 def _splitting(nodesplitter: Any, workersplitter: Any) -> tuple[bool, bool, tuple | None]:
@@ -120,15 +140,22 @@ class WebDataset(DataPipeline):
         self.urls = expand_urls(urls, self.options)
         if empty_check and not self.urls:
             raise ValueError(f"WebDataset: no shards in {urls!r}")
+        _check_local_shards(self.urls, handler)
         resampled = resampled or mode == "resampled"
         if nodesplitter is single_node_only:
             single_node_only(iter(()))
         split_ranks, split_workers, custom = _splitting(nodesplitter, workersplitter)
         self.manifest, manifest_url = self._find_manifest(manifest)
         described = [url for url in self.urls if self.manifest and _beside(url, manifest_url)]
-        hashes = {url: self.manifest.sha256_for(url) for url in described} if self.manifest else None
+        entries = {url: self.manifest.entry_for(url) for url in described} if self.manifest else {}
         settings = self._settings = ReadSettings(
-            self.options, handler, _file_selector(select_files), rename_files, True, hashes
+            self.options,
+            handler,
+            _file_selector(select_files),
+            rename_files,
+            True,
+            sha256={url: entry.sha256 for url, entry in entries.items() if entry and entry.sha256},
+            sizes={url: entry.bytes for url, entry in entries.items() if entry},
         )
         # Counts from a manifest hold for the shards beside it, grouped without renaming or
         # selecting members; otherwise they are counted (or left unknown).

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from wdsx.core.compression import SHARD_SUFFIXES, named_compressed
 from wdsx.read.samples import POSITION
+from wdsx.sources.urls import without_query
 
 JSONL_SUFFIXES = (".jsonl.gz", ".jsonl.zst", ".jsonl")
 NPY_SUFFIXES = (".npy",)
@@ -44,14 +45,9 @@ class StreamStopped(Exception):
     stream: the handler has had its say, so the reading stage stops without asking again."""
 
 
-def _path_of(url: str) -> str:
-    """The part of a URL that carries the file name (without an HTTP query string)."""
-    return url.split("?", 1)[0] if "://" in url else url
-
-
 def format_of(url: str) -> str:
     """``"jsonl"``, ``"npy"`` or ``"tar"`` (anything else, compressed or not), by the name."""
-    path = _path_of(url)
+    path = without_query(url)
     if path.endswith(JSONL_SUFFIXES):
         return "jsonl"
     if path.endswith(NPY_SUFFIXES):
@@ -62,7 +58,7 @@ def format_of(url: str) -> str:
 def shard_stem(url: str) -> str:
     """The shard's file name without its format suffix: ``s3://b/part-0003.jsonl.gz`` ->
     ``part-0003``. Samples of JSONL and ``.npy`` shards are keyed ``<stem>/<ordinal>``."""
-    name = posixpath.basename(_path_of(url))
+    name = posixpath.basename(without_query(url))
     for suffix in SUFFIXES:
         if name.endswith(suffix):
             return name[: -len(suffix)]
@@ -73,7 +69,7 @@ def seekable(url: str) -> bool:
     """Whether the format can start reading a shard at a byte offset: plain tar and plain
     JSONL can; compressed shards are read from their start, and ``.npy`` shards, which are
     read by rows, are opened at their start (their header) too."""
-    path = _path_of(url)
+    path = without_query(url)
     return not (named_compressed(path) or path.endswith((".zst", *NPY_SUFFIXES)))
 
 

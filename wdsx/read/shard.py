@@ -45,9 +45,15 @@ class ReadSettings:
     """Expected SHA-256 per URL (from a manifest), checked when shards go through the cache."""
     max_member: int | None = None
     """The largest tar member accepted, in bytes; None: ``WDSX_MAX_MEMBER_BYTES``, else 16 GiB."""
+    sizes: dict[str, int] | None = None
+    """Recorded size in bytes per URL (from a manifest): a remote stream that goes on past it is
+    an error, so a reply without an end (no ``Content-Length``) cannot be read forever."""
 
     def expected_hash(self, url: str) -> str | None:
         return self.sha256.get(url) if self.sha256 else None
+
+    def expected_size(self, url: str) -> int | None:
+        return self.sizes.get(url) if self.sizes else None
 
 
 def stream_offset(url: str, offset: int) -> int:
@@ -78,11 +84,11 @@ class _TarStream:
 
     def __init__(self, url: str, offset: int, settings: ReadSettings, prefetcher: Prefetcher | None = None):
         opened_at = stream_offset(url, offset)
-        sha256 = settings.expected_hash(url)
+        sha256, size = settings.expected_hash(url), settings.expected_size(url)
         if prefetcher is not None:
-            self.source = prefetcher.open(url, opened_at, sha256)
+            self.source = prefetcher.open(url, opened_at, sha256, size)
         else:
-            self.source = open_source(url, opened_at, settings.options, sha256=sha256)
+            self.source = open_source(url, opened_at, settings.options, sha256=sha256, size=size)
         try:
             self._position(url, offset, opened_at, settings)
         except BaseException:
@@ -102,7 +108,9 @@ class _TarStream:
                 self.available = bytes_left(self.source, opened_at)
                 return
             self.source.close()
-            self.source = open_source(url, 0, settings.options, sha256=settings.expected_hash(url))
+            self.source = open_source(
+                url, 0, settings.options, sha256=settings.expected_hash(url), size=settings.expected_size(url)
+            )
         stream, compressed = uncompressed(self.source.read, self.source.readinto)
         self.read, self.readinto = stream.read, stream.readinto
         self.decompressed = stream if compressed else None

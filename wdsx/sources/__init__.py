@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from wdsx.core.errors import SourceError
@@ -56,14 +57,62 @@ def register(
         _LISTERS[scheme] = lister
 
 
+@dataclass(frozen=True)
+class Registration:
+    """What :func:`register` holds for one scheme (None where it has no such part)."""
+
+    opener: Opener | None
+    sink: SinkOpener | None
+    lister: Lister | None
+    bounded: bool
+
+
+def registered(scheme: str) -> Registration | None:
+    """What is registered for ``scheme`` (wdsx's own stores included), or None if nothing is:
+    a program that replaces a scheme's reader keeps this to put it back later."""
+    _load_backends()
+    parts = (_OPENERS.get(scheme), _SINK_OPENERS.get(scheme), _LISTERS.get(scheme))
+    if parts == (None, None, None):
+        return None
+    return Registration(*parts, bounded=scheme in _BOUNDED)
+
+
+def unregister(scheme: str) -> Registration | None:
+    """Remove everything registered for ``scheme``; what was removed, or None if nothing was.
+    Its URLs are then read as any unknown scheme's (through fsspec, if it knows the protocol)."""
+    removed = registered(scheme)
+    _OPENERS.pop(scheme, None)
+    _SINK_OPENERS.pop(scheme, None)
+    _LISTERS.pop(scheme, None)
+    _BOUNDED.discard(scheme)
+    return removed
+
+
+_SCHEME = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*):(//)?")
+
+
 def scheme_of(url: str) -> str:
-    """``"file"`` for local paths, else the URL's scheme (``"pipe"`` for ``pipe:``)."""
+    """``"file"`` for local paths, else the URL's scheme (``"pipe"`` for ``pipe:``).
+
+    A scheme is what comes before ``://``; a ``name:`` without ``//`` (``mine:/data/x.tar``) is
+    a scheme too when a reader is registered under that name, as webdataset's ``gopen`` reads
+    it. Otherwise, such a URL is a local path (``C:/x.tar``, ``a:b.tar``); one-letter names are
+    always paths (Windows drives).
+    """
     if url.startswith("pipe:"):
         return "pipe"
-    match = re.match(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://", url)
-    if match:
-        return match.group(1).lower()
+    match = _SCHEME.match(url)
+    if match is None:
+        return "file"
+    scheme = match.group(1).lower()
+    if match.group(2) or (len(scheme) > 1 and scheme != "file" and _has_reader(scheme)):
+        return scheme
     return "file"
+
+
+def _has_reader(scheme: str) -> bool:
+    _load_backends()
+    return scheme in _OPENERS
 
 
 def rewrite_url(url: str) -> str:
@@ -191,6 +240,9 @@ __all__ = [
     "open_sink",
     "open_source",
     "register",
+    "registered",
+    "Registration",
     "rewrite_url",
     "scheme_of",
+    "unregister",
 ]

@@ -55,6 +55,12 @@ class _SinkFile(io.RawIOBase):
         super().close()
 
 
+def source_file(source: Source, bufsize: int = 8192) -> IO[bytes]:
+    """A buffered, read-only binary file over ``source``; closing it closes the source. This is
+    how an opener that returns a :class:`Source` becomes one that returns a file object."""
+    return io.BufferedReader(_SourceFile(source), max(bufsize, io.DEFAULT_BUFFER_SIZE))
+
+
 def gopen(
     url: str, mode: str = "rb", bufsize: int = 8192, options: SourceOptions | None = None, **_: object
 ) -> IO[bytes]:
@@ -64,7 +70,5 @@ def gopen(
     if url == "-":
         return sys.stdin.buffer if mode == "rb" else sys.stdout.buffer
     if mode == "rb":
-        return io.BufferedReader(
-            _SourceFile(open_source(url, 0, options)), max(bufsize, io.DEFAULT_BUFFER_SIZE)
-        )
+        return source_file(open_source(url, 0, options), bufsize)
     return io.BufferedWriter(_SinkFile(open_sink(url, options)), max(bufsize, io.DEFAULT_BUFFER_SIZE))

@@ -12,7 +12,6 @@ that scheme with it. Deleting a program's entry gives the scheme back to wdsx's 
 
 from __future__ import annotations
 
-import io
 import os
 import re
 from collections.abc import Callable, Iterator, MutableMapping
@@ -20,7 +19,7 @@ from typing import IO, Any
 from urllib.parse import urlparse
 
 from wdsx.core.env import secure_mode
-from wdsx.sources import Opener, SinkOpener, register
+from wdsx.sources import Opener, Registration, SinkOpener, register, registered, unregister
 from wdsx.sources.base import Sink, Source, SourceOptions
 from wdsx.sources.commandpipe import Pipe
 from wdsx.sources.local import local_path
@@ -91,12 +90,10 @@ def gopen_hf(url: str, mode: str = "rb", bufsize: int = 8192) -> IO[bytes]:
     """Read an ``hf://`` URL with wdsx's Hugging Face reader (``HF_TOKEN`` as usual); read-only."""
     if mode[:1] != "r":
         raise ValueError(f"{mode}: cannot write" if mode[:1] == "w" else f"{mode}: unknown mode")
-    from wdsx.sources.gopen import _SourceFile
+    from wdsx.sources.gopen import source_file
     from wdsx.sources.hf import open_hf
 
-    return io.BufferedReader(
-        _SourceFile(open_hf(url, 0, SourceOptions())), max(bufsize, io.DEFAULT_BUFFER_SIZE)
-    )
+    return source_file(open_hf(url, 0, SourceOptions()), bufsize)
 
 
 def gopen_error(url: str, *args: Any, **kw: Any) -> Any:
@@ -175,7 +172,7 @@ class GopenSchemes(MutableMapping[str, FileOpener]):
         self._defaults = _defaults()
         self._entries = dict(self._defaults)
         self._set: set[str] = set()
-        self._replaced: dict[str, tuple[Any, ...]] = {}
+        self._replaced: dict[str, Registration | None] = {}
 
     def __getitem__(self, scheme: str) -> FileOpener:
         return self._entries[scheme]
@@ -184,9 +181,7 @@ class GopenSchemes(MutableMapping[str, FileOpener]):
         self._entries[scheme] = opener
         if scheme == "__default__" or scheme in self._set:
             return
-        from wdsx.sources import backends  # noqa: F401 - registers wdsx's own schemes first
-
-        self._replaced[scheme] = _registered(scheme)
+        self._replaced[scheme] = registered(scheme)
         register(scheme, _reader_for(self, scheme), _writer_for(self, scheme))
         self._set.add(scheme)
 
@@ -212,22 +207,11 @@ class GopenSchemes(MutableMapping[str, FileOpener]):
         return self._entries[scheme] if scheme in self._set else None
 
 
-def _registered(scheme: str) -> tuple[Any, ...]:
-    """What wdsx's sources have for ``scheme`` now (reader, writer, whether bounded), so that
-    deleting a program's entry can put it back."""
-    import wdsx.sources as sources
-
-    return (sources._OPENERS.get(scheme), sources._SINK_OPENERS.get(scheme), scheme in sources._BOUNDED)
-
-
-def _restore(scheme: str, saved: tuple[Any, ...]) -> None:
-    import wdsx.sources as sources
-
-    reader, writer, bounded = saved
-    sources._OPENERS.pop(scheme, None)
-    sources._SINK_OPENERS.pop(scheme, None)
-    sources._BOUNDED.discard(scheme)
-    register(scheme, reader, writer, bounded=bounded)
+def _restore(scheme: str, saved: Registration | None) -> None:
+    """Give ``scheme`` back what wdsx's sources had for it before a program set its entry."""
+    unregister(scheme)
+    if saved is not None:
+        register(scheme, saved.opener, saved.sink, saved.lister, bounded=saved.bounded)
 
 
 gopen_schemes = GopenSchemes()

@@ -217,7 +217,8 @@ class ShardReader(ShardStage):
                     if ahead.offset is not None:
                         ahead_url = urls[order[ahead.pos]]
                         offset = stream_offset(ahead_url, ahead.offset)
-                        prefetcher.schedule(ahead_url, offset, settings.expected_hash(ahead_url))
+                        sha256, size = settings.expected_hash(ahead_url), settings.expected_size(ahead_url)
+                        prefetcher.schedule(ahead_url, offset, sha256, size)
                 progress.span, progress.pos, progress.cursor = span_index, piece.pos, cursor
                 extra = {"__pad__": True} if piece.pad else None
                 url, count = urls[order[piece.pos]], None if counts is None else counts[order[piece.pos]]

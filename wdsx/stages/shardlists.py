@@ -2,7 +2,8 @@
 
 Patterns follow webdataset: ``::`` joins several patterns, ``${VAR}`` reads ``WDS_VAR`` from
 the environment, ``{000000..000999}`` brace-expands. On top, a pattern with ``*`` / ``?`` /
-``[..]`` or an ``s3://bucket/prefix/`` ending in a slash is expanded by listing.
+``[..]``, an ``s3://bucket/prefix/`` ending in a slash, or a local directory is expanded by
+listing.
 
 Unlike webdataset, a seeded shard shuffle gives a **new order every epoch** (a pure function of
 seed and epoch), identical on every rank and worker, so splitting after shuffling is safe.
@@ -22,10 +23,8 @@ import braceexpand
 from wdsx.core import rng
 from wdsx.core import topology as distributed
 from wdsx.read.deal import epoch_order
-from wdsx.sources import SourceOptions, list_shards, lister_for
+from wdsx.sources import SourceOptions, list_shards, names_several
 from wdsx.stages.base import Run, Stage
-
-_GLOB_CHARS = re.compile(r"[*?\[]")
 
 
 def envsubst(url: str) -> str:
@@ -58,10 +57,9 @@ def expand_urls(urls: str | Iterable[str], options: SourceOptions | None = None)
 
 
 def _listed(url: str, options: SourceOptions | None) -> list[str]:
-    """A URL, or the shards a glob or a remote prefix (``s3://.../``, ``gs://.../``...) names."""
-    if url.startswith("pipe:") or not (
-        _GLOB_CHARS.search(url) or (url.endswith("/") and lister_for(url) is not None)
-    ):
+    """A URL, or the shards a glob, a remote prefix (``s3://.../``, ``gs://.../``...) or a local
+    directory names."""
+    if not names_several(url):
         return [url]
     found = list_shards(url, options)
     if not found:
