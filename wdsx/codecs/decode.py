@@ -6,11 +6,16 @@ handlers. For the handlers wdsx knows (basic types, images, ``handle_extension``
 decoder works out once per extension which one applies, instead of asking every handler for
 every field. JPEGs decode through ``simplejpeg`` when installed, giving the same arrays as
 Pillow's default (accurate) decoder; Pillow is the fallback and handles every other format.
+
+What a field may cost is bounded by :mod:`wdsx.core.limits`: an image over the pixel limit is
+refused from its header, on simplejpeg's path as on Pillow's; a ``.gz`` field or an ``.npz``
+field's members may not inflate beyond the inflation limits. Each refusal is a ValueError,
+which :class:`Decoder` reports as a :class:`~wdsx.core.errors.DecodingError` naming the shard,
+the sample and the field.
 """
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
 import os
@@ -21,8 +26,10 @@ from typing import Any
 import numpy as np
 
 from wdsx.codecs import tenbin
+from wdsx.core.compression import inflate
 from wdsx.core.env import ALLOW_PICKLE, pickle_allowed, secure_mode
 from wdsx.core.errors import DecodingError
+from wdsx.core.limits import Inflation, check_image_pixels, max_image_pixels
 
 try:
     import simplejpeg
@@ -100,7 +107,13 @@ def npy_loads(data: bytes) -> np.ndarray:
 
 
 def npz_loads(data: bytes) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` field, once its members' declared sizes (which ``zipfile``
+    holds them to) are found within the inflation limits for the field's size."""
     with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+        declared = sum(member.file_size for member in archive.zip.infolist())
+        inflation = Inflation.from_environment()
+        if declared > inflation.allowed(len(data)):
+            raise ValueError(f"the .npz archive is refused: {inflation.refusal(declared, len(data))}")
         return dict(archive)
 
 
@@ -163,7 +176,7 @@ def gzfilter(key: str, data: bytes) -> Continue | None:
     """Decompress ``.gz`` fields and continue decoding them under the inner extension."""
     if not key.endswith(".gz"):
         return None
-    return Continue(key[:-3], gzip.decompress(data))
+    return Continue(key[:-3], inflate(data))
 
 
 class ResolvedHandler:
@@ -182,7 +195,9 @@ class ImageHandler(ResolvedHandler):
     """Decode images by spec: ``"rgb8"`` (numpy uint8 HWC), ``"torchrgb"`` (float CHW), ``"pil"``...
 
     JPEGs decoded to RGB go through simplejpeg when it is installed (bit-identical to Pillow's
-    default decoder, and faster); everything else goes through Pillow.
+    default decoder, and faster); everything else goes through Pillow. Images over the pixel
+    limit in force when the handler is made (:func:`~wdsx.core.limits.max_image_pixels`) are
+    refused on both paths before they are decoded.
     """
 
     def __init__(self, imagespec: str, extensions: Sequence[str] = IMAGE_EXTENSIONS):
@@ -191,6 +206,7 @@ class ImageHandler(ResolvedHandler):
         self.imagespec = imagespec
         self.extensions = frozenset(ext.lower() for ext in extensions)
         self.atype, self.etype, self.mode = IMAGE_SPECS[self.imagespec]
+        self.max_pixels = max_image_pixels()
 
     def decoder_for(self, key: str) -> Callable[[bytes], Any] | None:
         ext = _last(key).lower()
@@ -202,11 +218,12 @@ class ImageHandler(ResolvedHandler):
 
     def _decode_jpeg(self, data: bytes) -> Any:
         try:
-            colorspace = simplejpeg.decode_jpeg_header(data)[2]
+            height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
         except ValueError:
             return self._decode_pil(data)
         if colorspace not in _FAST_COLORSPACES:
             return self._decode_pil(data)
+        check_image_pixels(height, width, self.max_pixels)
         return self._finish(simplejpeg.decode_jpeg(data, colorspace="RGB"))
 
     def into_decoder_for(self, key: str) -> Callable[[bytes, np.ndarray], bool] | None:
@@ -222,6 +239,7 @@ class ImageHandler(ResolvedHandler):
             height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
         except ValueError:
             return False
+        # the slot has the shape of the batch's first image, which passed the pixel limit
         if colorspace not in _FAST_COLORSPACES or out.shape != (height, width, 3):
             return False
         simplejpeg.decode_jpeg(data, colorspace="RGB", buffer=out)
@@ -232,6 +250,7 @@ class ImageHandler(ResolvedHandler):
 
         with io.BytesIO(data) as stream:
             image: PIL.Image.Image = PIL.Image.open(stream)
+            check_image_pixels(image.height, image.width, self.max_pixels)
             image.load()
             if image.mode != self.mode.upper():  # a converted copy only where it differs
                 image = image.convert(self.mode.upper())

@@ -25,6 +25,7 @@ import numpy as np
 import PIL.Image
 
 from wdsx.core import rng
+from wdsx.core.limits import check_image_pixels, max_image_pixels
 
 try:
     import simplejpeg
@@ -105,7 +106,8 @@ def reduction(box: Box, out_height: int, out_width: int, floor: float) -> int:
 
 def decode_reduced(data: bytes, factor: int, height: int, width: int) -> np.ndarray:
     """The image as RGB uint8, decoded at 1/``factor`` of its size where it is a JPEG libjpeg
-    can scale (at full size otherwise, and for every other format)."""
+    can scale (at full size otherwise, and for every other format). An image whose decoded
+    pixels would be over the limit of :mod:`wdsx.core.limits` raises ValueError first."""
     wanted_height, wanted_width = -(-height // factor), -(-width // factor)
     if simplejpeg is not None:
         try:
@@ -113,6 +115,7 @@ def decode_reduced(data: bytes, factor: int, height: int, width: int) -> np.ndar
         except ValueError:
             colorspace = None
         if colorspace in ("YCbCr", "Gray"):
+            check_image_pixels(wanted_height, wanted_width, max_image_pixels())
             return simplejpeg.decode_jpeg(
                 data, colorspace="RGB", min_height=wanted_height, min_width=wanted_width
             )
@@ -120,6 +123,7 @@ def decode_reduced(data: bytes, factor: int, height: int, width: int) -> np.ndar
         image = PIL.Image.open(stream)
         if factor > 1 and image.format == "JPEG":
             image.draft("RGB", (wanted_width, wanted_height))
+        check_image_pixels(image.height, image.width, max_image_pixels())
         image.load()
         return np.asarray(image.convert("RGB"))
 

@@ -6,11 +6,16 @@ images stay exact and sharp), or, for a sample without an image, its fields as t
 box, the sample's key and its label (``cls``, ``label`` or ``class``, with the class name when
 the manifest beside the shards lists classes). Tiles are laid out row by row, COLUMNS across,
 each :func:`tile_size` big, with tile ``i``'s box at :func:`image_box`.
+
+A tile shows little, so little is read for it: a JPEG is decoded at a reduced scale, an image
+over the pixel limit (:mod:`wdsx.core.limits`) is not decoded at all, and of a long key or
+field only what fits the tile is decoded, wrapped and measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import codecs
 import io
 import itertools
 import math
@@ -21,6 +26,7 @@ from typing import Any
 from PIL import Image, ImageDraw, ImageFont
 
 from wdsx.commands.common import raw_samples, shard_urls
+from wdsx.core.limits import check_image_pixels, max_image_pixels
 from wdsx.read.manifest import Manifest, manifest_url_beside
 
 IMAGE_FIELDS = frozenset("jpg jpeg png ppm pgm pbm pnm bmp webp tif tiff gif".split())
@@ -81,7 +87,7 @@ def contact_sheet(
     font = ImageFont.load_default()
     for index, sample in enumerate(samples):
         left, top = image_box(index, columns, size)
-        image = first_image(sample)
+        image = first_image(sample, size)
         if image is not None:
             image = fit(image, size)
             sheet.paste(image, (left + (size - image.width) // 2, top + (size - image.height) // 2))
@@ -93,14 +99,18 @@ def contact_sheet(
     return sheet
 
 
-def first_image(sample: dict[str, Any]) -> Image.Image | None:
-    """The sample's first image field, decoded to RGB; None when it has none that decodes."""
+def first_image(sample: dict[str, Any], size: int | None = None) -> Image.Image | None:
+    """The sample's first image field, decoded to RGB (a JPEG at the smallest scale that
+    still covers a ``size`` box); None when it has none that decodes within the limits."""
     for field, value in sample.items():
         if field.rsplit(".", 1)[-1] in IMAGE_FIELDS and isinstance(value, bytes):
             try:
                 with Image.open(io.BytesIO(value)) as image:
+                    if size is not None:
+                        image.draft("RGB", (size, size))
+                    check_image_pixels(image.height, image.width, max_image_pixels())
                     return image.convert("RGB")
-            except OSError:
+            except (OSError, ValueError, Image.DecompressionBombError):
                 continue
     return None
 
@@ -117,8 +127,8 @@ def fit(image: Image.Image, size: int) -> Image.Image:
 def _label(sample: dict[str, Any], names: Sequence[str]) -> str:
     for field in LABEL_FIELDS:
         if field in sample:
-            text = _text(sample[field])
-            if text.strip().isdigit() and int(text) < len(names):
+            text = _text(sample[field], 40)
+            if text.strip().isdigit() and len(text) < 20 and int(text) < len(names):
                 return f"{field}: {text.strip()} {names[int(text)]}"
             return f"{field}: {text.strip()}"
     return ""
@@ -127,20 +137,23 @@ def _label(sample: dict[str, Any], names: Sequence[str]) -> str:
 def _field_lines(sample: dict[str, Any], draw: ImageDraw.ImageDraw, font: Any, size: int) -> list[str]:
     """The sample's fields as ``name: text`` lines wrapped to the box's width."""
     per_line = max(1, int(size // max(1.0, draw.textlength("M", font=font))))
+    shown = per_line * (size // LINE + 1)  # more than the box can show
     lines = []
     for field, value in sample.items():
         if not field.startswith("__"):
-            lines += textwrap.wrap(f"{field}: {_text(value)}", per_line) or [f"{field}:"]
+            lines += textwrap.wrap(f"{field[:shown]}: {_text(value, shown)}", per_line) or [f"{field}:"]
     return lines
 
 
-def _text(value: Any) -> str:
+def _text(value: Any, most: int) -> str:
+    """``value`` as text, of which at most ``most`` characters are decoded; bytes that are
+    not UTF-8 show as their count."""
     if isinstance(value, bytes):
-        try:
-            return value.decode("utf-8")
+        try:  # incremental: a character cut at the end is dropped, not an error
+            return codecs.getincrementaldecoder("utf-8")().decode(value[: 4 * most])[:most]
         except UnicodeDecodeError:
             return f"<{len(value)} bytes>"
-    return str(value)
+    return str(value)[:most]
 
 
 def _write(
@@ -148,6 +161,20 @@ def _write(
 ) -> None:
     """Draw up to ``most`` lines from (left, top), each cut to fit ``width`` pixels."""
     for number, line in enumerate(lines[:most]):
-        while line and draw.textlength(line, font=font) > width:
-            line = line[:-2] + "…" if len(line) > 1 else ""
-        draw.text((left, top + number * LINE), line, fill="black", font=font)
+        draw.text((left, top + number * LINE), _fitted(draw, font, line, width), fill="black", font=font)
+
+
+def _fitted(draw: ImageDraw.ImageDraw, font: Any, line: str, width: int) -> str:
+    """``line``, or its longest start that fits ``width`` pixels with an ellipsis after it
+    (found by bisection, measuring no more than ``width`` characters: more could only fit
+    with glyphs narrower than a pixel); "" when not even the ellipsis fits."""
+    if len(line) <= width and draw.textlength(line, font=font) <= width:
+        return line
+    low, high = -1, min(len(line), width) - 1  # the longest start that fits is in [low, high]
+    while low < high:
+        middle = (low + high + 1) // 2
+        if draw.textlength(line[:middle] + "…", font=font) <= width:
+            low = middle
+        else:
+            high = middle - 1
+    return line[:low] + "…" if low >= 0 else ""

@@ -15,18 +15,25 @@ Decompression is done here rather than by ``gzip.GzipFile`` and friends for two 
   compressed bytes, where the raw ``EOFError``, ``zlib.error`` or ``BadGzipFile`` names nothing.
 
 Concatenated streams (``cat a.gz b.gz``) are read as one, and zero bytes after the last one are
-padding; anything else after it is an error, as with ``gzip`` itself.
+padding (up to :data:`MAX_PADDING`); anything else after it is an error, as with ``gzip`` itself.
+
+Decompression is bounded (:class:`~wdsx.core.limits.Inflation`): once a stretch of output
+reaches the grace size, it must have come from at least 1/ratio of that in compressed bytes,
+or the stream is refused with an :class:`InflationError`. A stream of zeros compressed to a few
+kilobytes is so refused after the grace size, wherever its bytes go.
 """
 
 from __future__ import annotations
 
 import bz2
+import io
 import lzma
 import zlib
 from collections.abc import Callable
 from typing import Any
 
 from wdsx.core.errors import WdsxError
+from wdsx.core.limits import Inflation
 from wdsx.core.streams import Prefixed
 
 COMPRESSED_SUFFIXES = (".gz", ".tgz", ".bz2", ".tbz", ".tbz2", ".xz", ".txz")
@@ -44,6 +51,9 @@ _FEED = {"gzip": 1 << 16, "bzip2": 1 << 14, "xz": 1 << 14}
 the exact spot; the others cannot copy their state, so small feeds bound what a damaged
 stream can take with it."""
 _SNIFF = max(len(magic) for magic in _MAGIC.values())
+MAX_PADDING = 1 << 20
+"""The most zero bytes accepted after the last compressed stream (a stream of endless zeros
+must not keep a reader waiting)."""
 _DECODER_ERRORS = (zlib.error, lzma.LZMAError, OSError, EOFError, ValueError)
 
 
@@ -62,6 +72,17 @@ class DecompressionError(WdsxError):
         return (type(self), (self.kind, self.position, self.detail))
 
 
+class InflationError(DecompressionError):
+    """A compressed stream inflates beyond the limits of :class:`~wdsx.core.limits.Inflation`:
+    says the format, where in the compressed bytes, and which variables allow it."""
+
+    def __init__(self, kind: str, position: int, detail: str):
+        self.kind = kind
+        self.position = position
+        self.detail = detail
+        WdsxError.__init__(self, f"{kind} data refused at compressed byte offset {position}: {detail}")
+
+
 def named_compressed(url: str) -> bool:
     """Whether the name says the shard is compressed (so it cannot be opened at an offset)."""
     return url.endswith(COMPRESSED_SUFFIXES)
@@ -71,10 +92,11 @@ class Decompressed:
     """The decompressed bytes of a gzip, bzip2 or xz stream read through ``read``.
 
     ``position`` is how many compressed bytes have been decoded so far. An error is raised
-    only once every byte decoded before the damage has been returned.
+    only once every byte decoded before the damage has been returned. Output beyond the
+    limits of ``inflation`` (default: the environment's) raises :class:`InflationError`.
     """
 
-    def __init__(self, read: Callable[[int], bytes], kind: str):
+    def __init__(self, read: Callable[[int], bytes], kind: str, inflation: Inflation | None = None):
         self._read = read
         self.kind = kind
         self._decoder = _NEW_DECODER[kind]()
@@ -88,6 +110,10 @@ class Decompressed:
         self._starved = True
         """Whether the decoder needs more input to produce anything (zlib's cannot say)."""
         self.position = 0
+        self._inflation = Inflation.from_environment() if inflation is None else inflation
+        self._stretch = 0
+        """Bytes produced since :attr:`_stretch_from` (the compressed position then)."""
+        self._stretch_from = 0
 
     def readinto(self, buffer: memoryview) -> int:
         data = self._produce(len(buffer))
@@ -125,7 +151,20 @@ class Decompressed:
                 self._input = chunk
             out = self._decode(limit)
             if out:
+                self._stretch += len(out)
+                if self._stretch >= self._inflation.grace:
+                    self._check_stretch()
                 return out
+
+    def _check_stretch(self) -> None:
+        """At the end of a stretch of output as long as the grace size: refuse the rest of the
+        stream if the stretch came from too few compressed bytes, else start another."""
+        compressed = self.position - self._stretch_from
+        if self._stretch > self._inflation.ratio * compressed:
+            self._error = InflationError(
+                self.kind, self.position, self._inflation.refusal(self._stretch, compressed)
+            )
+        self._stretch, self._stretch_from = 0, self.position
 
     def _needs_input(self) -> bool:
         needs = getattr(self._decoder, "needs_input", None)
@@ -174,8 +213,16 @@ class Decompressed:
         """After the end of one compressed stream: zero padding and the end of the input, or
         another stream of the same format."""
         rest = self._decoder.unused_data
+        end = self.position
         while not rest.strip(b"\0"):
             self.position += len(rest)
+            if self.position - end > MAX_PADDING:
+                self._error = DecompressionError(
+                    self.kind,
+                    end,
+                    f"more than {MAX_PADDING} zero bytes after the end of the compressed stream",
+                )
+                return
             rest = self._read(self._feed)
             if not rest:
                 self._finished = True
@@ -197,6 +244,19 @@ class Decompressed:
         self._decoder = _NEW_DECODER[self.kind]()
         self._input = rest
         self._starved = True
+
+
+def inflate(data: bytes, kind: str = "gzip") -> bytes:
+    """The decompressed bytes of a whole compressed field (``kind``: gzip, bzip2 or xz),
+    within the limits of :class:`~wdsx.core.limits.Inflation`: a field that inflates beyond
+    them raises :class:`InflationError` before more than the grace size is held."""
+    if not data:  # as gzip.decompress(b"")
+        return b""
+    stream = Decompressed(io.BytesIO(data).read, kind)
+    parts = []
+    while part := stream.read(1 << 20):
+        parts.append(part)
+    return b"".join(parts)
 
 
 def uncompressed(

@@ -28,10 +28,11 @@ import numpy as np
 
 from wdsx.core import topology
 from wdsx.core.errors import ShardError
+from wdsx.core.limits import max_line_bytes
 from wdsx.read import formats
 from wdsx.read.deal import epoch_order
 from wdsx.read.index import ShardIndex, check_indexable, shard_index
-from wdsx.read.jsonl import line_sample
+from wdsx.read.jsonl import Overlong, line_sample
 from wdsx.read.manifest import Manifest, manifest_url_for_shard
 from wdsx.read.npy import NpyHeader, Rows, epoch_row_seed, read_header, read_row, row_order, row_sample
 from wdsx.read.samples import Cursor, group_members
@@ -134,6 +135,8 @@ class IndexedDataset:
                 f"its offset index lists {offsets.samples} samples, its manifest {self.counts[shard]}",
             )
         start, end = offsets.extent(ordinal)
+        if kind == "jsonl" and end - start > max_line_bytes() + 1:  # refused without reading it
+            line_sample(url, formats.shard_stem(url), start, ordinal, Overlong(end - start), True)
         data = self._read(url, path, start, end)
         if kind == "jsonl":
             ended = data.endswith(b"\n")

@@ -12,8 +12,10 @@ resuming costs the same at any depth. Compressed shards cannot start at an offse
 decompressed from the start and the bytes before the offset are skipped (logged). Offsets in
 a compressed shard count decompressed bytes.
 
-A line that is not valid JSON is an error naming the shard, the line and its byte offset; a
-continuing handler (``handler=warn_and_continue``) skips just that line.
+A line that is not valid JSON, or longer than ``WDSX_MAX_LINE_BYTES`` (64 MiB; see
+:mod:`wdsx.core.limits`), is an error naming the shard, the line and its byte offset; a
+continuing handler (``handler=warn_and_continue``) skips just that line. A long line is never
+held whole: its bytes are dropped as they pass the limit.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import numpy as np
 
 from wdsx.core.compression import DecompressionError, uncompressed
 from wdsx.core.errors import ShardError
+from wdsx.core.limits import MAX_LINE, max_line_bytes
 from wdsx.core.streams import Prefixed
 from wdsx.read.formats import StreamStopped, seekable, shard_stem, with_extra
 from wdsx.read.samples import POSITION, Cursor
@@ -79,14 +82,16 @@ def open_lines(
     options: SourceOptions,
     sha256: str | None = None,
     prefetcher: Prefetcher | None = None,
+    size: int | None = None,
 ) -> tuple[Source, Callable[[int], bytes]]:
     """The shard opened so that the first line byte read is the one at ``offset``: a seek or
-    a ranged request for plain shards, decompression from the start for compressed ones."""
+    a ranged request for plain shards, decompression from the start for compressed ones
+    (``size``: the shard's recorded size, which a remote stream may not go past)."""
     opened_at = offset if seekable(url) else 0
     if prefetcher is not None:
-        source = prefetcher.open(url, opened_at, sha256)
+        source = prefetcher.open(url, opened_at, sha256, size)
     else:
-        source = open_source(url, opened_at, options, sha256=sha256)
+        source = open_source(url, opened_at, options, sha256=sha256, size=size)
     try:
         read = decompressed(url, source.read, source.readinto)
         if offset > opened_at:
@@ -103,20 +108,54 @@ def open_lines(
     return source, read
 
 
-def lines(read: Callable[[int], bytes], offset: int, chunk: int) -> Iterator[tuple[int, bytes, bool]]:
+class Overlong:
+    """A line longer than the limit, in place of its bytes (which are never held whole):
+    ``len()`` gives its length."""
+
+    __slots__ = ("size",)
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+
+Line = bytes | Overlong
+
+
+def lines(
+    read: Callable[[int], bytes], offset: int, chunk: int, limit: int | None = None
+) -> Iterator[tuple[int, Line, bool]]:
     """``(byte offset, line without its newline, whether a newline ended it)`` for each line
-    of the stream, which starts at byte ``offset``."""
-    pending = b""
+    of the stream, which starts at byte ``offset``. A line longer than ``limit`` bytes
+    (default: ``WDSX_MAX_LINE_BYTES``) comes as an :class:`Overlong`, read through without
+    being kept. A line spread over many reads is joined once, at its end."""
+    limit = max_line_bytes() if limit is None else limit
+    pending: list[bytes] = []  # the pieces of the line being read, unless it is overlong
+    size = 0  # the length of the line being read
     while data := read(chunk):
-        if pending:
-            data = pending + data
-        parts = data.split(b"\n")
-        pending = parts.pop()
+        newline = data.find(b"\n")
+        if newline < 0:
+            size += len(data)
+            if size <= limit:
+                pending.append(data)
+            else:
+                pending.clear()
+            continue
+        size += newline
+        first: Line = b"".join([*pending, data[:newline]]) if size <= limit else Overlong(size)
+        yield offset, first, True
+        offset += size + 1
+        parts = data[newline + 1 :].split(b"\n")
+        tail = parts.pop()
         for line in parts:
-            yield offset, line, True
+            yield offset, line if len(line) <= limit else Overlong(len(line)), True
             offset += len(line) + 1
-    if pending:
-        yield offset, pending, False
+        size = len(tail)
+        pending = [tail] if size <= limit else []
+    if size:
+        yield offset, b"".join(pending) if size <= limit else Overlong(size), False
 
 
 def _bad_line(url: str, offset: int, index: int, line: bytes, ended: bool, exn: ValueError) -> ShardError:
@@ -127,10 +166,17 @@ def _bad_line(url: str, offset: int, index: int, line: bytes, ended: bool, exn: 
     return ShardError(url, offset, f"line {index + 1} {what}")
 
 
-def line_sample(url: str, stem: str, offset: int, index: int, line: bytes, ended: bool) -> dict[str, Any]:
+def line_sample(url: str, stem: str, offset: int, index: int, line: Line, ended: bool) -> dict[str, Any]:
     """The sample of line ``index`` (from 0), which starts at byte ``offset`` (``ended``: a
     newline ended it); a :class:`ShardError` naming the shard, line and offset when the line
-    is not valid JSON."""
+    is not valid JSON or is over the length limit."""
+    if isinstance(line, Overlong):
+        raise ShardError(
+            url,
+            offset,
+            f"line {index + 1} is {line.size} bytes long, more than the limit of {max_line_bytes()} "
+            f"({MAX_LINE}); raise it if such lines are expected",
+        )
     try:
         value = json.loads(line)
     except ValueError as exn:
@@ -158,7 +204,14 @@ def read_piece(
         cursor.offset = locate(url, first, settings.options)
         if cursor.offset is None:
             cursor.offset, cursor.ordinal = 0, 0
-    source, read = open_lines(url, cursor.offset, settings.options, settings.expected_hash(url), prefetcher)
+    source, read = open_lines(
+        url,
+        cursor.offset,
+        settings.options,
+        settings.expected_hash(url),
+        prefetcher,
+        size=settings.expected_size(url),
+    )
     try:
         if settings.add_local_path and source.local_path is not None:
             extra = {**(extra or {}), "__local_path__": source.local_path}

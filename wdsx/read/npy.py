@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import logging
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("wdsx")
 
 MAGIC = b"\x93NUMPY"
+MAX_HEADER = 1 << 16
+"""The longest ``.npy`` header accepted, in bytes (numpy's own default is 10000; a structured
+dtype of many fields may need more, no array needs 64 KiB)."""
+READ_CHUNK = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,7 @@ class NpyHeader:
     @property
     def row_bytes(self) -> int:
         """The size of one row's data."""
-        return self.dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
+        return self.dtype.itemsize * math.prod(self.shape[1:])
 
     @property
     def data_bytes(self) -> int:
@@ -69,7 +74,9 @@ class NpyHeader:
 
 def parse_header(url: str, read: Callable[[int], bytes]) -> NpyHeader:
     """The header at the start of a ``.npy`` stream; the stream is left at the first data byte.
-    Arrays without rows to read one by one (0-d, object dtype, Fortran order) are refused."""
+    Arrays without rows to read one by one (0-d, object dtype, Fortran order, rows of no
+    bytes) are refused, and so are headers longer than :data:`MAX_HEADER` and negative
+    dimensions, each with a :class:`ShardError` naming the shard and the header's offset."""
     head = read_exact(read, 10)
     if not head.startswith(MAGIC) or len(head) < 10:
         raise ShardError(url, 0, "not a .npy file (no NUMPY magic)")
@@ -78,6 +85,10 @@ def parse_header(url: str, read: Callable[[int], bytes]) -> NpyHeader:
         length = int.from_bytes(head[8:12], "little")
     else:
         length = int.from_bytes(head[8:10], "little")
+    if length > MAX_HEADER:
+        raise ShardError(
+            url, 8, f"the .npy header claims {length} bytes, more than the {MAX_HEADER} accepted"
+        )
     text = read_exact(read, length)
     if len(text) < length:
         raise ShardError(url, len(head) + len(text), "the .npy header is truncated")
@@ -87,7 +98,7 @@ def parse_header(url: str, read: Callable[[int], bytes]) -> NpyHeader:
         reader = (
             np.lib.format.read_array_header_1_0 if version[0] == 1 else np.lib.format.read_array_header_2_0
         )
-        shape, fortran, dtype = reader(stream)
+        shape, fortran, dtype = reader(stream, max_header_size=MAX_HEADER)
     except ValueError as exn:
         raise ShardError(url, 0, f"not a readable .npy header: {exn}") from exn
     if not shape:
@@ -98,7 +109,12 @@ def parse_header(url: str, read: Callable[[int], bytes]) -> NpyHeader:
         raise ShardError(
             url, 0, "the .npy array is in Fortran order, so its rows are not contiguous: save it in C order"
         )
-    return NpyHeader(dtype, tuple(shape), len(head) + length)
+    header = NpyHeader(dtype, tuple(shape), len(head) + length)
+    if min(shape) < 0:
+        raise ShardError(url, 0, f"the .npy header gives a negative dimension: shape {shape}")
+    if header.row_bytes == 0 and header.rows:
+        raise ShardError(url, 0, f"the .npy rows hold no data (shape {shape}, itemsize {dtype.itemsize})")
+    return header
 
 
 def read_header(url: str, options: SourceOptions | None = None) -> NpyHeader:
@@ -132,12 +148,17 @@ class Rows:
 
     @classmethod
     def open(
-        cls, url: str, options: SourceOptions, sha256: str | None = None, prefetcher: Prefetcher | None = None
+        cls,
+        url: str,
+        options: SourceOptions,
+        sha256: str | None = None,
+        prefetcher: Prefetcher | None = None,
+        size: int | None = None,
     ) -> Rows:
         source = (
-            prefetcher.open(url, 0, sha256)
+            prefetcher.open(url, 0, sha256, size)
             if prefetcher is not None
-            else open_source(url, 0, options, sha256=sha256)
+            else open_source(url, 0, options, sha256=sha256, size=size)
         )
         with source:
             header = parse_header(url, source.read)
@@ -181,15 +202,18 @@ def _mapped(url: str, path: str, header: NpyHeader) -> np.ndarray:
 
 
 def _read_data(url: str, source: Source, header: NpyHeader) -> bytearray:
-    data = bytearray(header.data_bytes)
-    view, filled = memoryview(data), 0
-    while filled < len(data):
-        got = source.readinto(view[filled:])
-        if not got:
+    """The bytes of every row. The buffer grows as they arrive: a header claiming more rows
+    than the shard holds costs no memory for the rows that are not there."""
+    data = bytearray()
+    while len(data) < header.data_bytes:
+        part = source.read(min(READ_CHUNK, header.data_bytes - len(data)))
+        if not part:
             raise ShardError(
-                url, header.data_offset + filled, f"the shard ends after {filled} of {len(data)} data bytes"
+                url,
+                header.data_offset + len(data),
+                f"the shard ends after {len(data)} of {header.data_bytes} data bytes",
             )
-        filled += got
+        data += part
     return data
 
 
@@ -339,7 +363,9 @@ def read_piece(
     """The samples of a ``.npy`` shard from ``cursor``'s ordinal up to ``stop``, in the order
     of ``row_seed`` (None: the file's). The cursor's offset is not needed: the order says
     which row each ordinal is. ``count`` (from a manifest): a shard with fewer rows is an error."""
-    rows = Rows.open(url, settings.options, settings.expected_hash(url), prefetcher)
+    rows = Rows.open(
+        url, settings.options, settings.expected_hash(url), prefetcher, settings.expected_size(url)
+    )
     if count is not None and rows.count < count:
         raise ShardError(
             url,
@@ -363,7 +389,7 @@ def _row_source(
         header = read_header(url, settings.options)
         if wanted * header.row_bytes * 8 <= header.data_bytes:
             return lambda row: read_row(url, header, row, settings.options), None
-    rows = Rows.open(url, settings.options, settings.expected_hash(url))
+    rows = Rows.open(url, settings.options, settings.expected_hash(url), size=settings.expected_size(url))
     return rows.row, rows.local_path
 
 

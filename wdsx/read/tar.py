@@ -16,9 +16,11 @@ Every shard is hostile until proven otherwise. Errors never end a shard silently
   file) or beyond the per-member limit. Nothing is allocated on a header's word: a member of
   unknown-length stream grows as its bytes actually arrive;
 - a zero block followed by anything but zeros, or right after an extended header: tar's
-  end-of-archive marker ends the archive, so data after it would be silently lost;
+  end-of-archive marker ends the archive, so data after it would be silently lost; more than
+  :data:`MAX_END_PADDING` zero bytes after it (a stream that never ends);
 - a file that is not a tar at all ("not a tar archive");
-- damage in a compressed stream, with the offset in the compressed bytes.
+- damage in a compressed stream, with the offset in the compressed bytes, and a compressed
+  stream that inflates beyond :mod:`wdsx.core.limits` (a decompression bomb).
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ from collections.abc import Callable, Generator
 from typing import Any, Protocol, cast
 
 from wdsx.core.compression import DecompressionError
-from wdsx.core.env import max_member_bytes
 from wdsx.core.errors import ShardError
+from wdsx.core.limits import max_member_bytes
 from wdsx.core.streams import read_into
 from wdsx.read.tarheader import (
     ADLER_MOD,
@@ -57,6 +59,9 @@ from wdsx.read.tarheader import (
 CHUNK = 1 << 20
 SCAN_CHUNK = 4 * BLOCK
 """Buffer of a header scan that can seek: payloads that do not fit are seeked over."""
+MAX_END_PADDING = 1 << 20
+"""The most zero bytes accepted after the end-of-archive marker. Writers pad an archive to a
+whole record (10 KiB for GNU tar); a stream that goes on sending zeros is not a tar."""
 
 Member = tuple[str, int, bytes]
 
@@ -126,7 +131,8 @@ def _check_end(
     marker: int,
 ) -> None:
     """After the end-of-archive marker at ``marker`` only zero padding may follow, up to the
-    end of the stream. ``view[first:filled]`` holds the bytes already read from offset ``at``."""
+    end of the stream and at most :data:`MAX_END_PADDING` bytes of it. ``view[first:filled]``
+    holds the bytes already read from offset ``at``."""
     while True:
         found = _first_nonzero(view[first:filled])
         if found >= 0:
@@ -134,6 +140,12 @@ def _check_end(
                 url, marker, f"data after the end-of-archive marker: byte {at + found} is not zero"
             )
         at += filled - first
+        if at - marker > MAX_END_PADDING:
+            raise ShardError(
+                url,
+                marker,
+                f"more than {MAX_END_PADDING >> 20} MiB of zero bytes after the end-of-archive marker",
+            )
         first, filled = 0, readinto(view)
         if not filled:
             return
@@ -427,8 +439,9 @@ def iter_members(
     ``available``, when known, is how many bytes ``stream`` holds from ``start`` to its end
     (a local file's size): a member declared larger than that is an error before anything is
     read. ``max_member`` bounds any member's size (default: ``WDSX_MAX_MEMBER_BYTES``, else
-    16 GiB). The stream is read in large blocks into one reusable buffer; each member's data
-    is copied out of it once. A member larger than the buffer grows only as its bytes arrive.
+    16 GiB; see :mod:`wdsx.core.limits`). The stream is read in large blocks into one reusable
+    buffer; each member's data is copied out of it once. A member larger than the buffer grows
+    only as its bytes arrive.
 
     Everything that is not a well-formed tar raises :class:`~wdsx.core.errors.ShardError`
     (see the module's docstring); a stream that ends without tar's end-of-archive block is
