@@ -145,9 +145,10 @@ def open_source(
     against each downloaded copy. Without a cache it is ignored.
 
     ``size``: the shard's size as recorded beforehand (a manifest's ``bytes``): a remote stream
-    that goes on past it is a :class:`SourceError` instead of being read without end.
+    that goes on past it is a :class:`SourceError` instead of being read without end (with a
+    cache, its download stops there too and keeps nothing).
     """
-    source = _open(url, offset, options or DEFAULT_OPTIONS, sha256, end)
+    source = _open(url, offset, options or DEFAULT_OPTIONS, sha256, end, size)
     if size is None or isinstance(source, LocalSource):
         return source
     from wdsx.sources.sized import SizedSource
@@ -155,7 +156,9 @@ def open_source(
     return SizedSource(source, offset, size)
 
 
-def _open(url: str, offset: int, options: SourceOptions, sha256: str | None, end: int | None) -> Source:
+def _open(
+    url: str, offset: int, options: SourceOptions, sha256: str | None, end: int | None, size: int | None
+) -> Source:
     url = rewrite_url(url)
     scheme = scheme_of(url)
     if scheme == "file":
@@ -168,7 +171,7 @@ def _open(url: str, offset: int, options: SourceOptions, sha256: str | None, end
     if options.cache_dir:
         from wdsx.sources.cache import open_cached
 
-        return open_cached(url, offset, options, opener, sha256)
+        return open_cached(url, offset, options, opener, sha256, size)
     if end is not None and (scheme in _BOUNDED or (scheme not in _OPENERS and FALLBACK in _BOUNDED)):
         bounded: Callable[..., Source] = opener
         return bounded(url, offset, options, end=end)

@@ -11,7 +11,9 @@ with the same basename in different buckets never collide:
   workers that want the same shard at once download it once; the others follow the ``.part``.
 
 A download is renamed to ``NAME`` only when complete (and, with an expected sha256, verified),
-after evicting the least recently opened copies so the cache stays within ``cache_size``.
+after evicting the least recently opened copies so the cache stays within ``cache_size``. With
+the shard's recorded size, a remote stream that goes on past it fails the download, so an
+endless reply costs at most that size on disk.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from collections.abc import Callable
 from wdsx.core.errors import SourceError
 from wdsx.sources.base import Source, SourceOptions
 from wdsx.sources.local import LocalSource
+from wdsx.sources.sized import SizedSource
 
 log = logging.getLogger("wdsx")
 
@@ -54,13 +57,19 @@ def cache_path(cache_dir: str, url: str, sha256: str | None = None) -> str:
 
 
 def open_cached(
-    url: str, offset: int, options: SourceOptions, opener: Opener, sha256: str | None = None
+    url: str,
+    offset: int,
+    options: SourceOptions,
+    opener: Opener,
+    sha256: str | None = None,
+    size: int | None = None,
 ) -> Source:
     """Open ``url`` at ``offset`` from the cache, downloading it there first if needed.
 
     ``opener`` opens the remote shard (``opener(url, 0, options)``) when this process is the
     one that downloads it. With ``sha256``, a download whose digest differs is deleted and
-    reading it raises :class:`SourceError`.
+    reading it raises :class:`SourceError`. With ``size`` (the recorded size), a download whose
+    stream goes on past it is deleted and reading past ``size`` raises :class:`SourceError`.
     """
     assert options.cache_dir is not None
     os.makedirs(options.cache_dir, exist_ok=True)
@@ -75,11 +84,13 @@ def open_cached(
             if os.path.exists(path):
                 os.close(lock)
                 continue
-            download = _Download(url, path, lock, options, opener, sha256)
-            source = FollowingSource(url, path, download.reader(), offset, options, opener, sha256, download)
+            download = _Download(url, path, lock, options, opener, sha256, size)
+            source = FollowingSource(
+                url, path, download.reader(), offset, options, opener, sha256, size, download
+            )
             download.start()
             return source
-        source = _follow(url, path, offset, options, opener, sha256)
+        source = _follow(url, path, offset, options, opener, sha256, size)
         if source is not None:
             return source
         if time.monotonic() > deadline:
@@ -102,7 +113,13 @@ def _open_complete(url: str, path: str, offset: int) -> Source | None:
 
 
 def _follow(
-    url: str, path: str, offset: int, options: SourceOptions, opener: Opener, sha256: str | None
+    url: str,
+    path: str,
+    offset: int,
+    options: SourceOptions,
+    opener: Opener,
+    sha256: str | None,
+    size: int | None,
 ) -> Source | None:
     """Read the download another thread or process is writing; None when there is none yet."""
     try:
@@ -113,7 +130,7 @@ def _follow(
         download = _active.get(path)
     if download is not None and download.inode != os.fstat(fd).st_ino:
         download = None
-    return FollowingSource(url, path, fd, offset, options, opener, sha256, download)
+    return FollowingSource(url, path, fd, offset, options, opener, sha256, size, download)
 
 
 def try_lock(path: str) -> int | None:
@@ -196,11 +213,19 @@ class _Download:
     """Copies one remote shard into ``NAME.part`` in a background thread, then renames it.
 
     Holds the shard's lock from start to finish; the remote stream is opened before
-    :meth:`start`, so errors such as a missing object surface in the caller.
+    :meth:`start`, so errors such as a missing object surface in the caller. With ``size``, the
+    stream may deliver that many bytes and no more (:class:`~wdsx.sources.sized.SizedSource`).
     """
 
     def __init__(
-        self, url: str, path: str, lock: int, options: SourceOptions, opener: Opener, sha256: str | None
+        self,
+        url: str,
+        path: str,
+        lock: int,
+        options: SourceOptions,
+        opener: Opener,
+        sha256: str | None,
+        size: int | None,
     ):
         self.url = url
         self.path = path
@@ -214,7 +239,8 @@ class _Download:
             _remove(path + PART)
             self._file = os.open(path + PART, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
             self.inode = os.fstat(self._file).st_ino
-            self._source = opener(url, 0, options)
+            source = opener(url, 0, options)
+            self._source = source if size is None else SizedSource(source, 0, size)
         except BaseException:
             if self._file >= 0:
                 _remove(path + PART)
@@ -238,8 +264,8 @@ class _Download:
             os.rename(self.path + PART, self.path)
             self.done = True
         except BaseException as exn:
+            _remove(self.path + PART)  # first: a reader that sees the error finds no partial copy
             self.error = exn
-            _remove(self.path + PART)
         finally:
             self._source.close()
             self._release()
@@ -307,6 +333,7 @@ class FollowingSource(Source):
         options: SourceOptions,
         opener: Opener,
         sha256: str | None,
+        size: int | None,
         download: _Download | None,
     ):
         self.url = url
@@ -315,7 +342,7 @@ class FollowingSource(Source):
         self._fd = fd
         self._inode = os.fstat(fd).st_ino
         self._options = options
-        self._reopen = (opener, sha256)
+        self._reopen = (opener, sha256, size)
         self._download = download
         self._replacement: Source | None = None
 
@@ -378,9 +405,9 @@ class FollowingSource(Source):
 
     def _continue_elsewhere(self, n: int) -> bytes:
         log.info("%s: the download being followed stopped at byte %d; reopening", self.url, self.position)
-        opener, sha256 = self._reopen
+        opener, sha256, size = self._reopen
         self.close()
-        self._replacement = open_cached(self.url, self.position, self._options, opener, sha256)
+        self._replacement = open_cached(self.url, self.position, self._options, opener, sha256, size)
         return self._replacement.read(n)
 
     def close(self) -> None:

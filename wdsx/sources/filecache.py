@@ -23,7 +23,7 @@ from typing import Any
 
 from wdsx.core.errors import Handler, reraise_exception
 from wdsx.core.utilities import pipe_cleaner
-from wdsx.sources import local_path, scheme_of
+from wdsx.sources import local_path
 from wdsx.sources.cache import try_lock
 
 log = logging.getLogger("wdsx")
@@ -225,7 +225,7 @@ class StreamingOpen:
         for item in urls:
             url = _url_of(item)
             try:
-                path = local_path(url) if scheme_of(url) == "file" else None
+                path = local_path(url)
                 if path is not None:
                     yield {"url": url, "stream": open(path, "rb"), "local_path": path}  # noqa: SIM115
                 else:

@@ -11,13 +11,23 @@ from wdsx.sources.base import Sink, Source
 
 
 def local_path(url: str) -> str | None:
-    """The filesystem path a URL names, or None when it is not a local file URL."""
+    """The filesystem path a URL names, or None when it is not a local file URL.
+
+    A ``name:`` prefix without ``//`` is a store's scheme when a reader is registered under that
+    name (``mine:/data/x.tar``, see :func:`wdsx.sources.scheme_of`), and such a URL names no
+    local file. Only names with a colon pay for that look-up.
+    """
     if url.startswith("file://"):
         return url[len("file://") :]
     if url.startswith("file:"):
         return url[len("file:") :]
     if "://" in url or url.startswith("pipe:"):
         return None
+    if ":" in url:
+        from wdsx.sources import scheme_of  # here: wdsx.sources imports this module
+
+        if scheme_of(url) != "file":
+            return None
     return url
 
 

@@ -18,17 +18,25 @@ _BUFFERED_CHUNKS = 4
 
 
 class _Prefetched(Source):
-    """A shard whose first bytes were read ahead; the rest streams from the open source."""
+    """A shard whose first bytes were read ahead; the rest streams from the open source.
 
-    def __init__(self, source: Source, chunks: list[bytes]):
+    When reading ahead failed after some bytes had arrived (a stream that ran past its recorded
+    size, a connection that dropped for good), those bytes are still delivered: ``error`` is
+    raised only once they are used up, as reading the shard directly would have done.
+    """
+
+    def __init__(self, source: Source, chunks: list[bytes], error: BaseException | None = None):
         self.url = source.url
         self.local_path = source.local_path
         self.seekable = source.seekable
         self._source = source
         self._chunks = chunks
+        self._error = error
 
     def read(self, n: int) -> bytes:
         if not self._chunks:
+            if self._error is not None:
+                raise self._error
             return self._source.read(n)
         head = self._chunks[0]
         if len(head) <= n:
@@ -80,14 +88,15 @@ class _Opening:
                 source.close()
 
     def result(self) -> Source:
-        """The opened shard with its buffered head; raises what opening or reading raised."""
+        """The opened shard with its buffered head. What opening or reading raised is raised
+        here when no byte arrived before it, else by the stream once the buffered bytes are read."""
         self._thread.join()
-        if self._error is not None:
-            if self._source is not None:
-                self._source.close()
+        if self._error is not None and self._source is not None:
+            self._source.close()
+        if self._error is not None and not self._chunks:
             raise self._error
         assert self._source is not None
-        return _Prefetched(self._source, self._chunks)
+        return _Prefetched(self._source, self._chunks, self._error)
 
     def cancel(self) -> None:
         """Stop buffering and close the shard, now or as soon as the thread is done with it."""
