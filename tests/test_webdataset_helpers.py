@@ -63,10 +63,6 @@ def describe(module):
 VERSIONS = ["0.2.86", "0.2.111", "1.0.2"]
 
 ACCEPTED = {
-    (
-        "filters",
-        "getfirst",
-    ): "wdsx names the first parameter sample (webdataset: a); no call passes it by name",
     ("0.2.86", "filters", "_shuffle"): "0.2.111 put seed= before handler=; wdsx follows the later order",
     ("0.2.86", "filters", "shuffle"): "0.2.111 put seed= before handler=; wdsx follows the later order",
 }

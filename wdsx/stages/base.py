@@ -265,9 +265,10 @@ class CallableStage(Stage):
     """A plain function of an iterator, or of nothing when it is the first stage (a source),
     as webdataset allows."""
 
-    def __init__(self, fn: Callable, stateless: bool = False):
+    def __init__(self, fn: Callable, stateless: bool = False, name: str | None = None):
         self.fn = fn
         self.stateless = stateless or getattr(fn, "__wdsx_stateless__", False)
+        self.name = name or getattr(fn, "__qualname__", type(fn).__name__)
 
     def apply(self, upstream: Iterator, run: Run, index: int) -> Iterator:
         return iter(self.fn() if index == 0 else self.fn(upstream))
@@ -279,7 +280,7 @@ class CallableStage(Stage):
         return outputs[0]
 
     def describe(self) -> str:
-        return f"callable({getattr(self.fn, '__qualname__', type(self.fn).__name__)})"
+        return f"callable({self.name})"
 
     def not_resumable(self) -> str | None:
         if self.stateless:
@@ -327,14 +328,27 @@ def as_stage(item: Any) -> Stage:
     raise ValueError(f"{item!r}: not a valid pipeline stage")
 
 
+class FilterFunction:
+    """``f`` with every argument but the first bound: calling it on ``data`` runs
+    ``f(data, *args, **kw)``. Unlike a closure, it pickles (when ``f`` and the arguments
+    do), so a pipeline holding it reaches workers started with ``spawn``."""
+
+    def __init__(self, f: Callable, *args: Any, **kw: Any):
+        self.f = f
+        self.args = args
+        self.kw = kw
+
+    def __call__(self, data: Any) -> Any:
+        return self.f(data, *self.args, **self.kw)
+
+    def __repr__(self) -> str:
+        return f"<{self.f.__name__} {self.args} {self.kw}>"
+
+
 def pipelinefilter(f: Callable) -> Callable[..., Stage]:
     """webdataset's decorator: ``pipelinefilter(f)(*args)`` is a stage running ``f(src, *args)``."""
 
     def make_stage(*args: Any, **kwargs: Any) -> Stage:
-        def run_f(src: Iterator) -> Iterator:
-            return f(src, *args, **kwargs)
-
-        run_f.__qualname__ = getattr(f, "__qualname__", "filter")
-        return CallableStage(run_f)
+        return CallableStage(FilterFunction(f, *args, **kwargs), name=getattr(f, "__qualname__", "filter"))
 
     return make_stage

@@ -23,7 +23,7 @@ from wdsx.codecs import batchdecode
 from wdsx.core import allocate
 from wdsx.stages.batch import Batched
 from wdsx.stages.collate import default_collation_fn
-from wdsx.stages.transforms import Transform
+from wdsx.stages.transforms import Transform, cheapest_call
 
 
 class _Undeferred(Exception):
@@ -38,7 +38,7 @@ class DecodeBatched(Batched):
         self.threads = batchdecode.Threads(threads) if threads > 1 else None
         self.stages = [decode, *between]
         self.decoder = batchdecode.deferring(decode.fn)  # type: ignore[arg-type]
-        self.picks = [stage.fn for stage in between]
+        self.picks = [cheapest_call(stage.fn) for stage in between]
         self.label = " + ".join(stage.describe() for stage in (*self.stages, batched))
 
     def describe(self) -> str:

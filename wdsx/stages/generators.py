@@ -16,25 +16,10 @@ from typing import Any
 
 from wdsx.core.errors import Handler, reraise_exception
 from wdsx.stages import batch, transforms
+from wdsx.stages.base import FilterFunction
 from wdsx.stages.collate import default_collation_fn
 from wdsx.stages.shuffle import Shuffle
 from wdsx.stages.transforms import default_decoders
-
-
-class FilterFunction:
-    """``f`` with every argument but the first bound: calling it on ``data`` runs
-    ``f(data, *args, **kw)``."""
-
-    def __init__(self, f: Callable, *args: Any, **kw: Any):
-        self.f = f
-        self.args = args
-        self.kw = kw
-
-    def __call__(self, data: Any) -> Any:
-        return self.f(data, *self.args, **self.kw)
-
-    def __repr__(self) -> str:
-        return f"<{self.f.__name__} {self.args} {self.kw}>"
 
 
 class RestCurried:

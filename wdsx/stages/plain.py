@@ -22,9 +22,23 @@ def identity(x: T) -> T:
     return x
 
 
+class Composed:
+    """``x -> g(f(x))`` as an object, not a closure, so that it pickles (when ``f`` and ``g``
+    do) inside a pipeline sent to workers started with ``spawn``."""
+
+    __slots__ = ("f", "g")
+
+    def __init__(self, f: Callable, g: Callable):
+        self.f = f
+        self.g = g
+
+    def __call__(self, x: Any) -> Any:
+        return self.g(self.f(x))
+
+
 def compose2(f: Callable, g: Callable) -> Callable:
     """The function ``x -> g(f(x))``."""
-    return lambda x: g(f(x))
+    return Composed(f, g)
 
 
 def compose(*functions: Callable) -> Callable:
