@@ -33,6 +33,7 @@ from wdsx.pipeline import redeal
 from wdsx.pipeline.datapipeline import DataPipeline, register_with_torch
 from wdsx.pipeline.mixing import Mix
 from wdsx.stages.base import Count, RedealTarget, Run, Stage, reread, source_index
+from wdsx.state import validate
 from wdsx.state.checkpoint import FORMAT, VERSION, JsonDict, PipelineState
 from wdsx.state.position import Position, PositionTable, as_json
 
@@ -202,15 +203,29 @@ class LoaderProgress:
 
     @classmethod
     def from_json(cls, data: JsonDict, table: PositionTable) -> LoaderProgress:
-        """The saved progress, rotated (an equivalent form) so that slot 0 is due next."""
+        """The saved progress, rotated (an equivalent form) so that slot 0 is due next. The
+        topology must be consistent (each slot one distinct reader of ``world x workers``);
+        the workers' states are objects or null (the loader checks them against its dataset)."""
+        data = validate.mapping(data)
+        workers = validate.integer(data, "workers", low=1)
+        world = validate.integer(data, "world", low=1)
+        rank = validate.integer(data, "rank", high=world - 1)
+        consumers = validate.integers(data, "consumers", length=workers)
+        mine = [rank * workers + slot for slot in range(workers)]
+        if consumers != mine[consumers[0] - mine[0] :] + mine[: consumers[0] - mine[0]]:
+            raise validate.invalid("consumers", f"the readers of rank {rank} in turn, as {mine}", consumers)
+        states = validate.listing(data, "states", length=workers)
+        for slot, state in enumerate(states):
+            if state is not None and not isinstance(state, dict):
+                raise validate.InvalidState(["states", slot], "a worker's state (an object) or null", state)
         return cls(
-            int(data["workers"]),
-            int(data["rank"]),
-            int(data["world"]),
-            [int(c) for c in data["consumers"]],
-            list(data["states"]),
-            int(data["next"]),
-            bool(data["complete"]),
+            workers,
+            rank,
+            world,
+            list(consumers),
+            list(states),
+            validate.integer(data, "next", high=workers - 1),
+            validate.boolean(data, "complete"),
         ).rotated()
 
     def held(self) -> list[Position]:
@@ -480,14 +495,27 @@ class WebLoader(DataPipeline):
                 raise StateError(
                     "a checkpoint was loaded into the dataset; load it into the WebLoader instead"
                 )
-            if dataset.nsamples > 0 and self.nsamples <= 0:
-                # dataset.with_epoch(n): n items per worker per epoch. The workers stream without
-                # end and the loader cuts its epochs at n x workers items, so each epoch continues
-                # the streams where the last one stopped (checkpoints included).
-                self.repetitions, self.nsamples = sys.maxsize, dataset.nsamples * self.slots
+            self.repetitions, self.nsamples = self.epoch_limits()
             topology = distributed.current(self._captured)
             dataset.prepare(topology, endless=self.nsamples > 0 or self.repetitions == sys.maxsize)
         return super().__iter__()
+
+    def reads_each_sample_once(self) -> bool:
+        dataset = self.dataset
+        return (
+            isinstance(dataset, DataPipeline)
+            and dataset.reads_each_sample_once()
+            and dataset.epoch_limits() == (1, -1)
+        )
+
+    def epoch_limits(self) -> tuple[int, int]:
+        dataset = self.dataset
+        if isinstance(dataset, DataPipeline) and dataset.nsamples > 0 and self.nsamples <= 0:
+            # dataset.with_epoch(n): n items per worker per epoch. The workers stream without
+            # end and the loader cuts its epochs at n x workers items, so each epoch continues
+            # the streams where the last one stopped (checkpoints included).
+            return sys.maxsize, dataset.nsamples * self.slots
+        return self.repetitions, self.nsamples
 
     def contributions(self) -> list[int]:
         """For a mixed dataset (:class:`~wdsx.Mix`): how many outputs each source has given in
@@ -507,13 +535,19 @@ class WebLoader(DataPipeline):
         workers, or (a :func:`gather_loader_state` result) by a job with different ranks."""
         topology = distributed.current(self._captured)
         rank, world = topology.rank, topology.world_size
-        if state.get("format") == GLOBAL_FORMAT:
-            ranks = [self.parse_state(rank_state) for rank_state in state["ranks"]]
+        if isinstance(state, dict) and state.get("format") == GLOBAL_FORMAT:
+            saved_ranks = validate.listing(state, "ranks")
+            if not saved_ranks:
+                raise validate.invalid("ranks", "every rank's state (at least one)", saved_ranks)
+            ranks = []
+            for index, rank_state in enumerate(saved_ranks):
+                with validate.within("ranks", index):
+                    ranks.append(self.parse_state(rank_state))
             progresses = [self._progress(rank_state) for rank_state in ranks]
             if len(ranks) == world and all(p is None or p.workers == self.slots for p in progresses):
-                state = state["ranks"][rank]
+                state = saved_ranks[rank]
             else:
-                state = self._redealt(ranks, rank, world).to_json()
+                state = self._redealt(ranks, rank, world, strict).to_json()
         else:
             parsed = self.parse_state(state)
             progress = self._progress(parsed)
@@ -524,14 +558,46 @@ class WebLoader(DataPipeline):
                         f"to resume on {world} ranks, gather every rank's state with "
                         "gather_loader_state() and load that"
                     )
-                state = self._redealt([parsed], rank, world).to_json()
+                state = self._redealt([parsed], rank, world, strict).to_json()
         super().load_state_dict(state, strict)
+
+    def checked_state(
+        self, state: Any, strict: bool = True, topology: distributed.Topology | None = None
+    ) -> PipelineState:
+        """The loader's own state checked as any pipeline's, and then each worker's state
+        checked by the dataset, as the worker that resumes from it (so that a bad or
+        mismatched one is found now, not in a worker process; with ``strict=False`` a
+        mismatched one is replaced by what the dataset makes of it)."""
+        parsed = super().checked_state(state, strict, topology)
+        dataset = self.dataset
+        saved = parsed.stages.get(LoaderSource.state_key)
+        if saved is None or not isinstance(dataset, DataPipeline):
+            return parsed
+        where = topology or distributed.current(self._captured)
+        if (saved["rank"], saved["world"]) != (where.rank, where.world_size):
+            raise validate.InvalidState(
+                ["stages", LoaderSource.state_key, "rank"],
+                f"this process's rank {where.rank} of {where.world_size}",
+                validate.Described(f"rank {saved['rank']} of {saved['world']}"),
+            )
+        workers, states = saved["workers"], list(saved["states"])
+        for slot, (consumer, worker_state) in enumerate(zip(saved["consumers"], saved["states"])):
+            if worker_state is None:
+                continue
+            reader = distributed.Topology(where.rank, where.world_size, consumer % workers, workers)
+            with validate.within("stages", LoaderSource.state_key, "states", slot):
+                checked = dataset.checked_state(worker_state, strict, reader)
+            states[slot] = checked.to_json()
+        parsed.stages[LoaderSource.state_key] = {**saved, "states": states}
+        return parsed
 
     def _progress(self, state: PipelineState) -> LoaderProgress | None:
         saved = state.stages.get(LoaderSource.state_key)
         return None if saved is None else LoaderProgress.from_json(saved, state.table())
 
-    def _redealt(self, rank_states: list[PipelineState], rank: int, world: int) -> PipelineState:
+    def _redealt(
+        self, rank_states: list[PipelineState], rank: int, world: int, strict: bool = True
+    ) -> PipelineState:
         """This rank's share of a checkpoint re-dealt to the current ranks x workers."""
         dataset = self.dataset
         if not isinstance(dataset, DataPipeline):
@@ -546,10 +612,14 @@ class WebLoader(DataPipeline):
             if progress is None:
                 raise StateError("a rank's loader state has no loader progress to re-deal")
             for slot, reader_state in enumerate(progress.states):
+                consumer = progress.consumers[slot]
                 if reader_state is None:
-                    readers.append(self._fresh_reader_state(rank_state, progress.consumers[slot], progress))
+                    readers.append(self._fresh_reader_state(rank_state, consumer, progress))
                 else:
-                    readers.append(dataset.parse_state(reader_state))
+                    old = distributed.Topology(
+                        progress.rank, progress.world, consumer % progress.workers, progress.workers
+                    )
+                    readers.append(dataset.checked_state(reader_state, strict, old))
             main_leftovers.extend(redeal.held_positions(rank_state, self.pipeline, skip=0))
         consumers = world * self.slots
         log.info(

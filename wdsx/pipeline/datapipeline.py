@@ -15,18 +15,22 @@ import operator
 import sys
 import warnings
 from collections.abc import Generator, Iterator
+from dataclasses import replace
 from typing import Any
 
 from wdsx.core import topology as distributed
 from wdsx.core.env import seed_from_environment
 from wdsx.core.errors import NotResumableError, StateError
 from wdsx.pipeline.fluid import FluidInterface
+from wdsx.read.progress import ReaderProgress
 from wdsx.stages.base import Count, Run, Stage, as_stage, source_index, stage_keys
 from wdsx.stages.observe import StageObserver
 from wdsx.stages.plan import execution_stages
+from wdsx.stages.reading import ShardReader
+from wdsx.state import validate
 from wdsx.state.checkpoint import FORMAT as STATE_FORMAT
 from wdsx.state.checkpoint import VERSION, JsonDict, PipelineState, check_format, fingerprint_differences
-from wdsx.state.position import PositionTable, as_json
+from wdsx.state.position import Position, PositionTable, as_json
 
 log = logging.getLogger("wdsx")
 
@@ -358,7 +362,7 @@ class DataPipeline(FluidInterface):
             if strict:
                 raise NotResumableError(message)
             warnings.warn(message + " (strict=False: resuming restarts those stages)", stacklevel=2)
-        return as_json(self.current_state().to_json())
+        return validate.signed(as_json(self.current_state().to_json()))
 
     def current_state(self) -> PipelineState:
         """The current state, without checking that it can be restored exactly."""
@@ -372,43 +376,99 @@ class DataPipeline(FluidInterface):
         )
 
     def parse_state(self, data: JsonDict) -> PipelineState:
-        """A checkpoint of this pipeline, of any version this wdsx reads, as today's type."""
+        """A checkpoint of this pipeline, of any version this wdsx reads, as today's type (its
+        envelope checked field by field, and its digest; see :meth:`checked_state`)."""
         return PipelineState.from_json(data, self.upgrade_state)
 
     def upgrade_state(self, data: JsonDict) -> JsonDict:
         """A version-2 checkpoint of this pipeline in today's form: version 2 keyed stage
         states by their index in the pipeline, and some stages stored them differently."""
         check_format(data, STATE_FORMAT)
-        problems = fingerprint_differences(data["fingerprint"]["stages"], self.fingerprint())
-        if problems:
-            raise StateError("version-2 checkpoint does not match this pipeline: " + "; ".join(problems))
-        keys = stage_keys(self.pipeline)
-        table = PositionTable(data.get("urls", []))
-        stages = {
-            keys[int(index)]: self.pipeline[int(index)].upgrade_state(saved, table)
-            for index, saved in data.get("stages", {}).items()
-        }
+        try:
+            problems = fingerprint_differences(data["fingerprint"]["stages"], self.fingerprint())
+            if problems:
+                raise StateError("version-2 checkpoint does not match this pipeline: " + "; ".join(problems))
+            keys = stage_keys(self.pipeline)
+            table = PositionTable(data.get("urls", []))
+            stages = {
+                keys[int(index)]: self.pipeline[int(index)].upgrade_state(saved, table)
+                for index, saved in data.get("stages", {}).items()
+            }
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
+            raise StateError(f"malformed version-2 {STATE_FORMAT} checkpoint: {error!r}") from error
         return {**data, "version": VERSION, "stages": stages, "urls": table.urls}
 
     def load_state_dict(self, state: JsonDict, strict: bool = True) -> None:
-        """Resume from ``state`` at the next ``iter()``. The state must match this pipeline
-        (stages, shard list, seed); with ``strict=False`` mismatches warn instead of raising."""
-        check_format(state, STATE_FORMAT)
-        saved = state["fingerprint"]["stages"]
-        problems = fingerprint_differences(saved, self.fingerprint())
-        if state["seed"] != self.seed:
-            problems.append(f"seed differs: checkpoint has {state['seed']}, pipeline has {self.seed}")
+        """Resume from ``state`` at the next ``iter()``. The whole state is checked here (see
+        :meth:`checked_state`): a bad one raises :class:`StateError` now, not when iterating.
+        With ``strict=False``, a state of other stages, another shard list or another seed
+        warns instead of raising, and resumes what still applies."""
+        self._pending = self.checked_state(state, strict)
+        self._live = None
+
+    def checked_state(
+        self, state: Any, strict: bool = True, topology: distributed.Topology | None = None
+    ) -> PipelineState:
+        """``state`` parsed and checked completely against this pipeline, as the reader at
+        ``topology`` (default: this process) would resume from it: its envelope and digest,
+        its fingerprint and seed, every stage state by the stage's own type, and each state
+        against what the pipeline knows (a reader's cursor within its share of the epoch, no
+        sample held twice, ``repeat``/``with_epoch`` counts within their limits).
+
+        With ``strict=False``, a state of other stages, another shard list or another seed
+        warns instead: the checkpoint's seed is adopted (so that its random choices stay the
+        same), and the states of the stages that differ are dropped (those stages start
+        their epoch afresh; all of them when the shard reader differs)."""
+        parsed = self.parse_state(state)
+        current = self.fingerprint()
+        problems = fingerprint_differences(parsed.fingerprint, current)
+        if parsed.seed != self.seed:
+            problems.append(f"seed differs: checkpoint has {parsed.seed}, pipeline has {self.seed}")
         if problems:
             message = "checkpoint does not match this pipeline: " + "; ".join(problems)
             if strict:
                 raise StateError(message)
-            warnings.warn(
-                message + " (strict=False: resuming anyway with the checkpoint's seed)", stacklevel=2
+            kept = _matching_stage_states(self.pipeline, parsed.fingerprint, current, parsed.stages)
+            dropped = sorted(set(parsed.stages) - set(kept))
+            consequence = f"resuming epoch {parsed.epoch} with the checkpoint's seed {parsed.seed}"
+            if dropped:
+                consequence += "; these stages start the epoch afresh: " + ", ".join(dropped)
+            warnings.warn(f"{message} (strict=False: {consequence})", stacklevel=3)
+            self.seed, parsed.stages, parsed.fingerprint = parsed.seed, kept, current
+        where = topology or distributed.current(self._captured)
+        if (parsed.consumer, parsed.consumers) != (where.consumer, where.consumers):
+            raise validate.invalid(
+                "topology",
+                f"[{where.consumer}, {where.consumers}], this reader (rank {where.rank} of "
+                f"{where.world_size}, worker {where.worker} of {where.num_workers}); resume through "
+                "WebLoader, which re-deals checkpoints across a different number of ranks or workers",
+                [parsed.consumer, parsed.consumers],
             )
-            self.seed = state["seed"]
-        parsed = PipelineState.from_json(state, self.upgrade_state if not problems else None)
-        self._pending = parsed
-        self._live = None
+        self._check_epoch_progress(parsed)
+        _check_stage_states(self.pipeline, parsed, where, self.reads_each_sample_once())
+        return parsed
+
+    def reads_each_sample_once(self) -> bool:
+        """Whether no sample can come twice within an epoch's stream (so a checkpoint's
+        buffers never hold one position twice): a shard reader that does not draw with
+        replacement."""
+        source = source_index(self.pipeline)
+        reader = self.pipeline[source] if source is not None else None
+        return isinstance(reader, ShardReader) and not reader.resampled
+
+    def epoch_limits(self) -> tuple[int, int]:
+        """``(passes, items)`` an ``iter()`` runs: the passes of ``repeat(n)`` and the items
+        of ``with_epoch(n)`` (-1: no limit)."""
+        return self.repetitions, self.nsamples
+
+    def _check_epoch_progress(self, state: PipelineState) -> None:
+        """Refuse a state whose ``repeat(n)`` or ``with_epoch(n)`` counts this pipeline
+        cannot have reached."""
+        passes, items = self.epoch_limits()
+        if state.passes > passes:
+            raise validate.invalid("passes", f"at most the {passes} passes of repeat()", state.passes)
+        if items > 0 and state.nominal > items:
+            raise validate.invalid("nominal", f"at most the {items} items of with_epoch()", state.nominal)
 
     # --- pickling and cleanup ---------------------------------------------------------
     def __getstate__(self) -> dict:
@@ -431,6 +491,91 @@ class DataPipeline(FluidInterface):
         """Position(s) of the item most recently yielded by the live iteration."""
         run = self._live.run if self._live is not None else None
         return run.position if run is not None else None
+
+
+def _matching_stage_states(
+    stages: list[Stage], saved: list[str], current: list[str], states: dict[str, JsonDict]
+) -> dict[str, JsonDict]:
+    """The stage states of a checkpoint of other stages that still apply: those of stages
+    described alike, when the stage list has the same length and the same shard reader."""
+    source = source_index(stages)
+    if source is None or len(saved) != len(current) or saved[source] != current[source]:
+        return {}
+    same = {key for key, a, b in zip(stage_keys(stages), saved, current) if a == b}
+    return {key: state for key, state in states.items() if key in same}
+
+
+def _check_stage_states(
+    stages: list[Stage], state: PipelineState, topology: distributed.Topology, once: bool
+) -> None:
+    """Parse every stage state of ``state`` with its stage's own type, and check those that
+    depend on the pipeline: the reader's progress within its share, and (``once``: where
+    every sample is read once) no position held twice."""
+    source = source_index(stages)
+    owners = {
+        key: (index, stage)
+        for index, (key, stage) in enumerate(zip(stage_keys(stages), stages))
+        if stage.state_type is not None and (source is None or index >= source)
+    }
+    table = state.table()
+    held: dict[Position, str] = {}
+    for key, saved in state.stages.items():
+        with validate.within("stages", key):
+            if key not in owners:
+                raise validate.InvalidState(
+                    [], f"the state of one of this pipeline's stages ({', '.join(owners) or 'none'})", saved
+                )
+            index, stage = owners[key]
+            assert stage.state_type is not None
+            parsed = stage.state_type.from_json(saved, table)
+            for position in parsed.held():
+                if once and position in held:
+                    raise validate.InvalidState(
+                        [],
+                        "a buffer that holds each sample once (each is read once in an epoch)",
+                        validate.Described(
+                            f"sample {position.ordinal} of {position.url} (byte {position.offset}) "
+                            f"held twice (also by {held[position]})"
+                        ),
+                    )
+                held[position] = key
+            if isinstance(stage, ShardReader) and isinstance(parsed, ReaderProgress):
+                _check_reader(stage, stages, index, parsed, state, topology)
+
+
+def _check_reader(
+    reader: ShardReader,
+    stages: list[Stage],
+    index: int,
+    progress: ReaderProgress,
+    state: PipelineState,
+    topology: distributed.Topology,
+) -> None:
+    """A shard reader's progress must lie within the share of the epoch it was dealt."""
+    if reader.resampled:
+        if progress.pos >= max(len(reader.urls), 1):
+            raise validate.invalid("pos", f"a shard from 0 to {len(reader.urls) - 1}", progress.pos)
+        return
+    if progress.plan is not None and progress.explicit:
+        return  # a stored plan, which its own state checked the progress against
+    if reader.custom_split is not None:
+        return  # the share is not known here
+    if reader.deal.counts is not None or topology.world_size == 1:  # the counts are final
+        if progress.counts != reader.deal.counts_digest():
+            raise validate.invalid(
+                "counts",
+                f"{reader.deal.counts_digest()!r}, the digest of this dataset's per-shard sample counts "
+                "(the epoch was dealt with other counts: a changed manifest, or counts given differently)",
+                progress.counts,
+            )
+    elif progress.counts is not None:
+        return  # the counts come when the epoch starts (and the reader checks them then)
+    deal = replace(reader.epoch_deal(stages, index), round_robin=progress.round_robin)
+    me, readers = deal.reader_of(topology.rank, topology.world_size, topology.worker, topology.num_workers)
+    plan = deal.plan(state.seed, state.epoch, me, readers, topology.world_size)
+    counts = reader.deal.counts
+    order = deal.order(state.seed, state.epoch)
+    progress.check_within(plan, None if counts is None else [counts[shard] for shard in order])
 
 
 def _all_stages(items: list) -> bool:

@@ -27,10 +27,12 @@ from typing import Any
 from wdsx.core import rng
 from wdsx.core.errors import StateError
 from wdsx.core.topology import Topology
+from wdsx.core.topology import current as current_topology
 from wdsx.pipeline import redeal
 from wdsx.pipeline.datapipeline import DataPipeline
 from wdsx.stages.base import Count, RedealTarget, Run, Stage, reread, source_index, stage_keys
 from wdsx.stages.collate import default_collation_fn
+from wdsx.state import validate
 from wdsx.state.checkpoint import JsonDict, PipelineState
 from wdsx.state.position import Position, PositionTable
 
@@ -77,15 +79,26 @@ class MixState:
 
     @classmethod
     def from_json(cls, data: JsonDict, table: PositionTable) -> MixState:
-        sources = list(data["sources"])
+        """The state :meth:`to_json` wrote: one entry per source in every list, each source's
+        state an object or null (the mixture checks those against its sources)."""
+        data = validate.mapping(data)
+        sources = validate.listing(data, "sources")
+        count = len(sources)
+        for index, saved in enumerate(sources):
+            if saved is not None and not isinstance(saved, dict):
+                raise validate.InvalidState(["sources", index], "a source's state (an object) or null", saved)
+        active = validate.listing(data, "active", length=count)
+        for index, flag in enumerate(active):
+            if type(flag) is not bool:
+                raise validate.InvalidState(["active", index], "true or false", flag)
         return cls(
-            int(data["draws"]),
-            int(data["turn"]),
-            [int(n) for n in data["delivered"]],
-            [bool(a) for a in data["active"]],
-            [int(e) for e in data["epochs"]],
-            sources,
-            [None] * len(sources),
+            validate.integer(data, "draws"),
+            validate.integer(data, "turn", high=max(count - 1, 0)),
+            validate.integers(data, "delivered", length=count),
+            list(active),
+            validate.integers(data, "epochs", length=count),
+            list(sources),
+            [None] * count,
         )
 
     def held(self) -> list[Position]:
@@ -384,6 +397,32 @@ class Mix(DataPipeline):
         mixer = MixSource(pipelines, weights, stop, order, batch_size, collation_fn, partial)
         super().__init__(mixer, seed=seed)
         self.mixer = mixer
+
+    def checked_state(
+        self, state: Any, strict: bool = True, topology: Topology | None = None
+    ) -> PipelineState:
+        """The mixture's own state checked as any pipeline's, then each source's saved state
+        checked by that source pipeline, as the same reader (a source's state is found bad
+        now, not when the source starts; with ``strict=False`` a mismatched one is replaced
+        by what the source makes of it)."""
+        parsed = super().checked_state(state, strict, topology)
+        saved = parsed.stages.get(MixSource.state_key)
+        if saved is None:
+            return parsed
+        sources = self.mixer.sources
+        key = MixSource.state_key
+        if len(saved["sources"]) != len(sources):
+            raise validate.InvalidState(
+                ["stages", key, "sources"], f"a list of {len(sources)} items", saved["sources"]
+            )
+        where = topology or current_topology(self._captured)
+        states = list(saved["sources"])
+        for k, (source, source_state) in enumerate(zip(sources, states)):
+            if source_state is not None:
+                with validate.within("stages", key, "sources", k):
+                    states[k] = source.checked_state(source_state, strict, where).to_json()
+        parsed.stages[key] = {**saved, "sources": states}
+        return parsed
 
     def prepare(self, topology: Topology, endless: bool) -> None:
         for source in self.mixer.sources:

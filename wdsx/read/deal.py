@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from wdsx.core import rng
 from wdsx.core.errors import StateError
+from wdsx.state import validate
 from wdsx.state.position import Position, PositionTable
 
 REMAINDERS = ("exact", "pad", "drop")
@@ -48,8 +49,22 @@ class Span:
 
     @classmethod
     def from_json(cls, data: Sequence) -> Span:
+        """The span :meth:`to_json` wrote: ``[start, start_ordinal, end, end_ordinal, offset,
+        pad]``, which must run forward (start before end)."""
+        if not isinstance(data, list) or len(data) != 6:
+            raise validate.InvalidState(
+                [], "a span [start, start_ordinal, end, end_ordinal, offset, pad]", data
+            )
         start, start_ordinal, end, end_ordinal, offset, pad = data
-        return cls(int(start), int(start_ordinal), int(end), int(end_ordinal), offset, bool(pad))
+        for index, value in enumerate(data[:4]):
+            validate.check_integer(value, index)
+        if offset is not None:
+            validate.check_integer(offset, 4)
+        if type(pad) is not bool:
+            raise validate.invalid(5, "true or false", pad)
+        if (end, end_ordinal) < (start, start_ordinal):
+            raise validate.InvalidState([], "a span whose end does not come before its start", data)
+        return cls(start, start_ordinal, end, end_ordinal, offset, pad)
 
 
 @dataclass(frozen=True)
@@ -76,7 +91,12 @@ class ConsumerPlan:
 
     @classmethod
     def from_json(cls, data: dict, table: PositionTable) -> ConsumerPlan:
-        return cls([Span.from_json(span) for span in data["spans"]], table.decode(data["leftovers"]))
+        data = validate.mapping(data)
+        spans = []
+        for index, span in enumerate(validate.listing(data, "spans")):
+            with validate.within("spans", index):
+                spans.append(Span.from_json(span))
+        return cls(spans, validate.positions(data, "leftovers", table))
 
 
 def epoch_order(nshards: int, seed: int, epoch: int, shuffle: bool) -> list[int]:

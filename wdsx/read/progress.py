@@ -9,12 +9,16 @@ recomputed from the epoch, and the digest of the sample counts it was made with 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from wdsx.read import deal
 from wdsx.read.samples import Cursor
+from wdsx.state import validate
 from wdsx.state.checkpoint import JsonDict
 from wdsx.state.position import Position, PositionTable
+
+_DEALS = ("round-robin", "spans")
 
 
 @dataclass
@@ -62,22 +66,59 @@ class ReaderProgress:
 
     @classmethod
     def from_json(cls, data: JsonDict, table: PositionTable) -> ReaderProgress:
-        cursor = Cursor(data["offset"], int(data["ordinal"]))
-        cursor.done = bool(data["piece_done"])
-        plan = deal.ConsumerPlan.from_json(data["plan"], table) if "plan" in data else None
-        return cls(
-            span=int(data["span"]),
-            pos=int(data["pos"]),
+        """The progress :meth:`to_json` wrote; a stored plan must hold the progress."""
+        data = validate.mapping(data)
+        cursor = Cursor(validate.optional_integer(data, "offset"), validate.integer(data, "ordinal"))
+        cursor.done = validate.boolean(data, "piece_done")
+        plan = None
+        if "plan" in data:
+            with validate.within("plan"):
+                plan = deal.ConsumerPlan.from_json(data["plan"], table)
+        progress = cls(
+            span=validate.integer(data, "span"),
+            pos=validate.integer(data, "pos"),
             cursor=cursor,
-            leftover=int(data["leftover"]),
-            draws=int(data["draws"]),
-            taken=int(data["taken"]),
-            done=bool(data["done"]),
-            counts=data.get("counts"),
+            leftover=validate.integer(data, "leftover"),
+            draws=validate.integer(data, "draws"),
+            taken=validate.integer(data, "taken"),
+            done=validate.boolean(data, "done"),
+            counts=validate.optional_text(data, "counts", default=None),
             plan=plan,
             explicit=plan is not None,
-            round_robin=data.get("deal") == "round-robin",
+            round_robin=validate.text(data, "deal", "spans", _DEALS) == "round-robin",
         )
+        if plan is not None:
+            progress.check_within(plan)
+        return progress
+
+    def check_within(self, plan: deal.ConsumerPlan, counts: Sequence[int] | None = None) -> None:
+        """Refuse progress that lies outside ``plan`` (the share it reads): a span or a
+        leftover past the plan's end, a shard outside the span being read, an ordinal outside
+        that shard's part of the span (or past its sample count, ``counts`` being the sample
+        counts in the epoch's order, when known)."""
+        if self.leftover > len(plan.leftovers):
+            raise validate.invalid(
+                "leftover", f"at most the plan's {len(plan.leftovers)} leftovers", self.leftover
+            )
+        if self.span > len(plan.spans):
+            raise validate.invalid("span", f"at most the plan's {len(plan.spans)} spans", self.span)
+        if self.done or self.span == len(plan.spans):
+            return
+        span = plan.spans[self.span]
+        last = max(span.start, span.end if span.end_ordinal else span.end - 1)
+        if not span.start <= self.pos <= last:
+            raise validate.invalid(
+                "pos", f"a shard of span {self.span}, from {span.start} to {last}", self.pos
+            )
+        first = span.start_ordinal if self.pos == span.start else 0
+        stop = span.end_ordinal if self.pos == span.end else None
+        if counts is not None and self.pos < len(counts):
+            stop = counts[self.pos] if stop is None else min(stop, counts[self.pos])
+        if self.cursor.ordinal < first or (stop is not None and self.cursor.ordinal > stop):
+            limits = f"from {first}" + ("" if stop is None else f" to {stop}")
+            raise validate.invalid(
+                "ordinal", f"an ordinal of shard {self.pos}'s part of the span, {limits}", self.cursor.ordinal
+            )
 
     @classmethod
     def starting(cls, plan: deal.ConsumerPlan) -> ReaderProgress:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from wdsx.stages.base import Run
+from wdsx.state import validate
 from wdsx.state.checkpoint import JsonDict
 from wdsx.state.position import Position, PositionTable
 
@@ -30,7 +31,8 @@ class Buffer:
 
     @classmethod
     def from_json(cls, data: JsonDict, table: PositionTable) -> Buffer:
-        return cls(table.decode(data["positions"]), int(data["draws"]))
+        data = validate.mapping(data)
+        return cls(validate.positions(data, "positions", table), validate.integer(data, "draws"))
 
     def held(self) -> list[Position]:
         return list(self.positions)

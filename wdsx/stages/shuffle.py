@@ -28,6 +28,7 @@ from typing import Any, cast
 from wdsx.core import rng
 from wdsx.stages.base import Count, Run, Stage
 from wdsx.stages.buffer import Buffer, attach_buffer
+from wdsx.state import validate
 from wdsx.state.checkpoint import JsonDict
 from wdsx.state.position import PositionTable
 
@@ -63,8 +64,8 @@ class ShuffleBuffer(Buffer):
 
     @classmethod
     def from_json(cls, data: JsonDict, table: PositionTable) -> ShuffleBuffer:
-        words = data.get("words")
-        return cls(table.decode(data["positions"]), int(data["draws"]), None if words is None else int(words))
+        buffer = Buffer.from_json(data, table)
+        return cls(buffer.positions, buffer.draws, validate.optional_integer(data, "words", default=None))
 
 
 class Shuffle(Stage):

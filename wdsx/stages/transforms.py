@@ -4,14 +4,21 @@ Each constructor returns a :class:`~wdsx.stages.base.Stage`, usable in ``DataPip
 the fluent methods, or directly on an iterator (``wds.map(f)(samples)``). Errors go to the
 stage's handler: True skips the item, False ends the stream, raising propagates. None results
 of ``map`` drop the item, as in webdataset.
+
+The function a :class:`Transform` applies is an instance of a module-level class holding the
+stage's arguments, never a closure: a pipeline is pickled to reach DataLoader workers started
+with ``spawn`` or ``forkserver``, and pickle cannot name a function local to a factory.
 """
 
 from __future__ import annotations
 
 import builtins
 import fnmatch
+import inspect
+import io
 import re
 import sys
+import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,12 +26,24 @@ from wdsx.codecs.decode import Decoder, ImageHandler, unpickle_loads
 from wdsx.core import rng
 from wdsx.core.errors import Handler, reraise_exception
 from wdsx.stages.base import Count, Run, Stage
+from wdsx.stages.helpers import find_decoder
+from wdsx.state import validate
 from wdsx.state.checkpoint import JsonDict
 from wdsx.state.position import Position, PositionTable
 
 
 def _name(f: Any) -> str:
     return getattr(f, "__qualname__", None) or type(f).__name__
+
+
+def cheapest_call(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``fn``, or, for an instance of a class whose ``__call__`` is written in Python, that
+    ``__call__`` bound to it: the same call, without the look-up through the class that
+    calling the instance itself pays on every item (it triples the cost of a small call)."""
+    method = inspect.getattr_static(type(fn), "__call__", None)
+    if isinstance(method, types.FunctionType):
+        return types.MethodType(method, fn)
+    return fn
 
 
 def _note(exn: BaseException, sample: Any) -> None:
@@ -53,7 +72,7 @@ class Transform(Stage):
         self.structural = structural
 
     def apply(self, upstream: Iterator, run: Run, index: int) -> Iterator:
-        fn, handler = self.fn, self.handler
+        fn, handler = cheapest_call(self.fn), self.handler
         for sample in upstream:
             try:
                 result = fn(sample)
@@ -79,51 +98,77 @@ class Transform(Stage):
 
 def map(f: Callable[[Any], Any], handler: Handler = reraise_exception) -> Transform:  # noqa: A001
     """Apply ``f`` to each sample; a dict result keeps the sample's ``__key__``."""
+    return Transform(KeepingKey(f), f"map({_name(f)})", handler)
 
-    def apply_f(sample: Any) -> Any:
-        result = f(sample)
+
+class KeepingKey:
+    """``map``'s function: ``f`` of the sample, a dict result given the sample's ``__key__``."""
+
+    __slots__ = ("f",)
+
+    def __init__(self, f: Callable[[Any], Any]):
+        self.f = f
+
+    def __call__(self, sample: Any) -> Any:
+        result = self.f(sample)
         if isinstance(sample, dict) and isinstance(result, dict):
             result["__key__"] = sample.get("__key__")
         return result
-
-    return Transform(apply_f, f"map({_name(f)})", handler)
 
 
 def map_dict(handler: Handler = reraise_exception, **fields: Callable[[Any], Any]) -> Transform:
     """Apply a function per field: ``map_dict(jpg=augment, cls=int)``."""
     if not fields:
         raise ValueError("map_dict needs at least one field=function")
+    return Transform(
+        FieldFunctions(fields),
+        f"map_dict({', '.join(f'{k}={_name(f)}' for k, f in fields.items())})",
+        handler,
+    )
 
-    def apply_fields(sample: dict) -> dict:
-        for key, f in fields.items():
+
+class FieldFunctions:
+    """``map_dict``'s function: each named field of a dict sample replaced by its function of it."""
+
+    __slots__ = ("fields",)
+
+    def __init__(self, fields: dict[str, Callable[[Any], Any]]):
+        self.fields = fields
+
+    def __call__(self, sample: dict) -> dict:
+        for key, f in self.fields.items():
             sample[key] = f(sample[key])
         return sample
-
-    return Transform(
-        apply_fields, f"map_dict({', '.join(f'{k}={_name(f)}' for k, f in fields.items())})", handler
-    )
 
 
 def map_tuple(*fns: Callable[[Any], Any] | None, handler: Handler = reraise_exception) -> Transform:
     """Apply the i-th function to the i-th element of tuple samples (None: unchanged)."""
-
-    functions = list(fns)
-
-    def apply_elements(sample: tuple | list) -> tuple:
-        return tuple(transform_with(sample, functions))
-
-    return Transform(apply_elements, f"map_tuple({', '.join(_name(f) for f in fns)})", handler)
+    return Transform(ElementFunctions(list(fns)), f"map_tuple({', '.join(_name(f) for f in fns)})", handler)
 
 
-def getfirst(sample: dict, keys: str | list[str], default: Any = None, missing_is_error: bool = True) -> Any:
-    """The value of the first of ``keys`` (a list, or a ``"jpg;png"`` string) present."""
+class ElementFunctions:
+    """``map_tuple``'s function: element i of a tuple or list sample replaced by function i of
+    it (None, or no function i: unchanged); the result is a tuple."""
+
+    __slots__ = ("functions",)
+
+    def __init__(self, functions: list[Callable[[Any], Any] | None]):
+        self.functions = functions
+
+    def __call__(self, sample: tuple | list) -> tuple:
+        return tuple(transform_with(sample, self.functions))
+
+
+def getfirst(a: dict, keys: str | list[str], default: Any = None, missing_is_error: bool = True) -> Any:
+    """The value in the dict ``a`` of the first of ``keys`` (a list, or a ``"jpg;png"``
+    string) present (the parameter's name is webdataset's)."""
     if isinstance(keys, str):
         keys = keys.split(";")
     for key in keys:
-        if key in sample:
-            return sample[key]
+        if key in a:
+            return a[key]
     if missing_is_error:
-        raise ValueError(f"none of {keys} in sample fields {list(sample.keys())}")
+        raise ValueError(f"none of {keys} in sample fields {list(a.keys())}")
     return default
 
 
@@ -136,34 +181,60 @@ def to_tuple(
     """Turn dict samples into tuples of the named fields; ``"jpg;png"`` takes the first present."""
     if len(fields) == 1 and isinstance(fields[0], str) and " " in fields[0]:
         fields = tuple(fields[0].split())
-    specs = [field.split(";") if isinstance(field, str) else list(field) for field in fields]
     if none_is_error is None:
         none_is_error = missing_is_error
-
-    def extract(sample: dict) -> tuple:
-        result = tuple(getfirst(sample, spec, None, missing_is_error) for spec in specs)
-        if none_is_error and any(value is None for value in result):
-            raise ValueError(f"to_tuple{fields}: missing field in sample with fields {list(sample.keys())}")
-        return result
-
+    extract = FieldTuple(fields, missing_is_error, none_is_error)
     return Transform(extract, f"to_tuple({', '.join(fields)})", handler, structural=True)
+
+
+class FieldTuple:
+    """``to_tuple``'s function: the tuple of a dict sample's values for ``fields``, each the
+    first present of its ``;``-separated alternatives (or of its list of them)."""
+
+    __slots__ = ("fields", "specs", "missing_is_error", "none_is_error")
+
+    def __init__(self, fields: tuple, missing_is_error: bool, none_is_error: bool):
+        self.fields = fields
+        self.specs = [field.split(";") if isinstance(field, str) else list(field) for field in fields]
+        self.missing_is_error = missing_is_error
+        self.none_is_error = none_is_error
+
+    def __call__(self, sample: dict) -> tuple:
+        missing_is_error = self.missing_is_error
+        result = tuple([getfirst(sample, spec, None, missing_is_error) for spec in self.specs])
+        if self.none_is_error and any(value is None for value in result):
+            raise ValueError(
+                f"to_tuple{self.fields}: missing field in sample with fields {list(sample.keys())}"
+            )
+        return result
 
 
 def rename(handler: Handler = reraise_exception, keep: bool = True, **names: str) -> Transform:
     """Rename fields: ``rename(image="jpg;png")``; ``keep=False`` drops the other fields."""
+    label = f"rename({', '.join(f'{k}={v}' for k, v in names.items())})"
+    return Transform(RenamedFields(names, keep), label, handler, structural=True)
 
-    def apply_names(sample: dict) -> dict:
-        if not keep:
-            return {new: getfirst(sample, old) for new, old in names.items()}
-        replaced = {
+
+class RenamedFields:
+    """``rename``'s function: each new name given the first present of its old names; with
+    ``keep``, the fields not renamed stay, else only the renamed ones are left."""
+
+    __slots__ = ("names", "keep", "replaced")
+
+    def __init__(self, names: dict[str, Any], keep: bool):
+        self.names = names
+        self.keep = keep
+        self.replaced = {
             old for spec in names.values() for old in (spec.split(";") if isinstance(spec, str) else spec)
         }
-        result = {key: value for key, value in sample.items() if key not in replaced}
-        result.update({new: getfirst(sample, old) for new, old in names.items()})
-        return result
 
-    label = f"rename({', '.join(f'{k}={v}' for k, v in names.items())})"
-    return Transform(apply_names, label, handler, structural=True)
+    def __call__(self, sample: dict) -> dict:
+        if not self.keep:
+            return {new: getfirst(sample, old) for new, old in self.names.items()}
+        replaced = self.replaced
+        result = {key: value for key, value in sample.items() if key not in replaced}
+        result.update({new: getfirst(sample, old) for new, old in self.names.items()})
+        return result
 
 
 def decode(*handlers: Any, handler: Handler = reraise_exception, **options: Any) -> Transform:
@@ -184,38 +255,70 @@ def rename_keys(
     """Rename fields whose name (lower-cased, directory stripped) matches glob patterns:
     ``rename_keys(image="*.jpg")``; the last matching pattern wins."""
     rules = [(pattern, new) for new, pattern in pairs] + [(pattern, new) for new, pattern in names.items()]
+    return Transform(
+        PatternRenaming(rules, keep_unselected, must_match, duplicate_is_error), f"rename_keys({rules})"
+    )
 
-    def apply_rules(sample: dict) -> dict:
+
+class PatternRenaming:
+    """``rename_keys``'s function: each field whose lower-cased file name matches a rule's glob
+    pattern renamed to that rule's name (the last matching rule wins)."""
+
+    __slots__ = ("rules", "keep_unselected", "must_match", "duplicate_is_error")
+
+    def __init__(
+        self, rules: list[tuple[str, str]], keep_unselected: bool, must_match: bool, duplicate_is_error: bool
+    ):
+        self.rules = rules
+        self.keep_unselected = keep_unselected
+        self.must_match = must_match
+        self.duplicate_is_error = duplicate_is_error
+
+    def __call__(self, sample: dict) -> dict:
+        rules = self.rules
         result: dict = {}
         matched = dict.fromkeys((pattern for pattern, _ in rules), False)
         for path, value in sample.items():
             name = path.rsplit("/", 1)[-1].lower()
             target = next((new for pattern, new in reversed(rules) if fnmatch.fnmatch(name, pattern)), None)
             if target is None:
-                if keep_unselected:
+                if self.keep_unselected:
                     result[path] = value
                 continue
             for pattern, _ in rules:
                 if fnmatch.fnmatch(name, pattern):
                     matched[pattern] = True
             if target in result:
-                if duplicate_is_error:
+                if self.duplicate_is_error:
                     raise ValueError(f"two fields of {list(sample.keys())} are renamed to {target!r}")
                 continue
             result[target] = value
-        if must_match and not all(matched.values()):
+        if self.must_match and not all(matched.values()):
             raise ValueError(f"patterns {[p for p, hit in matched.items() if not hit]} matched no field")
         return result
-
-    return Transform(apply_rules, f"rename_keys({rules})")
 
 
 def extract_keys(*patterns: str, duplicate_is_error: bool = True, ignore_missing: bool = False) -> Transform:
     """Tuples of the fields matching each glob pattern (``"*.jpg;*.png"``)."""
+    return Transform(
+        PatternTuple(patterns, duplicate_is_error, ignore_missing), f"extract_keys({', '.join(patterns)})"
+    )
 
-    def extract(sample: dict) -> tuple:
+
+class PatternTuple:
+    """``extract_keys``'s function: the tuple of a dict sample's values whose field names
+    (with or without a leading dot) match each pattern's ``;``-separated globs."""
+
+    __slots__ = ("patterns", "duplicate_is_error", "ignore_missing")
+
+    def __init__(self, patterns: tuple[str, ...], duplicate_is_error: bool, ignore_missing: bool):
+        self.patterns = patterns
+        self.duplicate_is_error = duplicate_is_error
+        self.ignore_missing = ignore_missing
+
+    def __call__(self, sample: dict) -> tuple:
         result = []
-        for pattern in patterns:
+        for pattern in self.patterns:
             alternatives = pattern.split(";") if isinstance(pattern, str) else pattern
             matches = [
                 key
@@ -223,15 +326,13 @@ def extract_keys(*patterns: str, duplicate_is_error: bool = True, ignore_missing
                 if any(fnmatch.fnmatch("." + key, p) or fnmatch.fnmatch(key, p) for p in alternatives)
             ]
             if not matches:
-                if ignore_missing:
+                if self.ignore_missing:
                     continue
                 raise ValueError(f"no field of {list(sample.keys())} matches {pattern!r}")
-            if len(matches) > 1 and duplicate_is_error:
+            if len(matches) > 1 and self.duplicate_is_error:
                 raise ValueError(f"several fields {matches} match {pattern!r}")
             result.append(sample[matches[0]])
         return tuple(result)
-
-    return Transform(extract, f"extract_keys({', '.join(patterns)})")
 
 
 def decode_text(stream: Any) -> str:
@@ -260,27 +361,31 @@ def xdecode(
     **by_ext: Callable,
 ) -> Transform:
     """Decode fields with stream functions chosen by glob pattern; the last match wins."""
-    import io
-
     decoders = list(defaults) + list(pairs) + [("*." + ext, f) for ext, f in by_ext.items()]
+    return Transform(StreamDecoding(decoders, must_decode), "xdecode")
 
-    def decode_fields(sample: dict) -> dict:
+
+class StreamDecoding:
+    """``xdecode``'s function: each field but the ``__`` ones decoded by the function of the
+    last ``(glob pattern, function)`` pair matching its name (see
+    :func:`~wdsx.stages.helpers.find_decoder`), given the bytes as a stream; a False
+    function leaves the field as it is, and so does no match unless ``must_decode``."""
+
+    __slots__ = ("decoders", "must_decode")
+
+    def __init__(self, decoders: list[tuple[str, Any]], must_decode: bool):
+        self.decoders = decoders
+        self.must_decode = must_decode
+
+    def __call__(self, sample: dict) -> dict:
         result = {}
         for path, data in sample.items():
             if path.startswith("__"):
                 result[path] = data
                 continue
-            name = path.rsplit("/", 1)[-1].lower()
-            decoder = next(
-                (
-                    f
-                    for pattern, f in reversed(decoders)
-                    if fnmatch.fnmatch(name, pattern) or fnmatch.fnmatch("." + name, pattern)
-                ),
-                None,
-            )
+            decoder = find_decoder(self.decoders, path)
             if decoder is None:
-                if must_decode:
+                if self.must_decode:
                     raise ValueError(f"no decoder for field {path!r}")
                 result[path] = data
             elif decoder is False:
@@ -289,19 +394,27 @@ def xdecode(
                 result[path] = decoder(io.BytesIO(data) if isinstance(data, bytes) else data)
         return result
 
-    return Transform(decode_fields, "xdecode")
-
 
 def associate(associator: Callable[[str], dict] | dict, **_: Any) -> Transform:
     """Merge extra fields looked up by ``__key__`` (a function or a dict) into each sample."""
+    return Transform(Associated(associator), f"associate({_name(associator)})")
 
-    def add(sample: dict) -> dict:
+
+class Associated:
+    """``associate``'s function: the sample updated with the fields ``associator`` gives its
+    ``__key__`` (a function of the key, or a dict by key)."""
+
+    __slots__ = ("associator",)
+
+    def __init__(self, associator: Callable[[str], dict] | dict):
+        self.associator = associator
+
+    def __call__(self, sample: dict) -> dict:
         key = sample["__key__"]
+        associator = self.associator
         extra = associator(key) if callable(associator) else associator.get(key, {})
         sample.update(extra)
         return sample
-
-    return Transform(add, f"associate({_name(associator)})")
 
 
 class Select(Stage):
@@ -336,7 +449,7 @@ class _Counter:
 
     @classmethod
     def from_json(cls, data: JsonDict, table: PositionTable) -> _Counter:
-        return cls(int(data["count"]))
+        return cls(validate.integer(validate.mapping(data), "count"))
 
     def held(self) -> list[Position]:
         return []

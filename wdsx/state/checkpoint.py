@@ -9,7 +9,9 @@ Sample positions inside stage states are written against the envelope's URL tabl
 Version history: 2 keyed stage states by their index in the pipeline and held re-dealt
 leftovers as ``[shard index, offset, ordinal]``; 3 keys them by name and holds positions
 everywhere. Version-2 checkpoints still load: the pipeline upgrades them (it knows which
-stage each index was).
+stage each index was). Version 3 later gained an optional ``digest`` (a hash of the rest of
+the checkpoint, :mod:`wdsx.state.validate`) that ``state_dict()`` adds and loading checks;
+states without one still load, with every field checked but no corruption check.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from wdsx.core.errors import StateError
+from wdsx.state import validate
 from wdsx.state.position import Position, PositionTable
+from wdsx.state.validate import check_digest, invalid, mapping, within
 
 FORMAT = "wdsx-state"
 VERSION = 3
@@ -93,29 +97,54 @@ class PipelineState:
 
     @classmethod
     def from_json(cls, data: Any, upgrade: Upgrade | None = None) -> PipelineState:
-        """Parse a checkpoint; an older version goes through ``upgrade`` first."""
+        """Parse a checkpoint, checking every envelope field (stage states are checked by their
+        own types, see :meth:`StageState.from_json`) and the digest when it has one; an older
+        version goes through ``upgrade`` first. Raises :class:`StateError` naming the field."""
         version = check_format(data, FORMAT)
+        check_digest(data)
         if version < VERSION:
             if upgrade is None:
                 raise StateError(f"{FORMAT} version {version} needs the pipeline it came from to upgrade")
             data = upgrade(data)
-        try:
-            consumer, consumers = data["topology"]
-            return cls(
-                fingerprint=list(data["fingerprint"]["stages"]),
-                seed=int(data["seed"]),
-                consumer=int(consumer),
-                consumers=int(consumers),
-                epoch=int(data["epoch"]),
-                stages=dict(data.get("stages", {})),
-                urls=list(data.get("urls", [])),
-                nominal=int(data.get("nominal", 0)),
-                passes=int(data.get("passes") or 0),
-                finished=bool(data.get("finished", False)),
-                yielded=int(data.get("yielded", 0)),
-            )
-        except (KeyError, TypeError, ValueError) as error:
-            raise StateError(f"malformed {FORMAT} checkpoint: {error!r}") from error
+        fingerprint = validate.field(data, "fingerprint")
+        with within("fingerprint"):
+            mapping(fingerprint, "an object with the stages' descriptions")
+            descriptions = _strings(fingerprint, "stages", "a stage description (a string)")
+        consumer, consumers = validate.integers(data, "topology", length=2)
+        if consumers < 1 or consumer >= consumers:
+            raise invalid("topology", "[reader, readers] with 0 <= reader < readers", [consumer, consumers])
+        saved_stages = validate.field(data, "stages", {})
+        with within("stages"):
+            mapping(saved_stages, "an object of stage states by stage name")
+            for key, saved in saved_stages.items():
+                if not isinstance(saved, dict):
+                    raise invalid(key, "a stage state (an object)", saved)
+        urls = _strings(data, "urls", "a URL (a string)", [])
+        if len(set(urls)) != len(urls):
+            raise invalid("urls", "a table that lists each URL once", urls)
+        passes = data.get("passes")
+        return cls(
+            fingerprint=descriptions,
+            seed=validate.integer(data, "seed", low=None, high=None),
+            consumer=consumer,
+            consumers=consumers,
+            epoch=validate.integer(data, "epoch"),
+            stages=dict(saved_stages),
+            urls=list(urls),
+            nominal=validate.integer(data, "nominal", default=0),
+            passes=0 if passes is None else validate.integer(data, "passes", high=None),
+            finished=validate.boolean(data, "finished", default=False),
+            yielded=validate.integer(data, "yielded", default=0),
+        )
+
+
+def _strings(data: JsonDict, key: str, what: str, default: Any = validate.MISSING) -> list[str]:
+    """A list field of strings (``what`` says what each one is)."""
+    values = validate.listing(data, key, default)
+    for index, value in enumerate(values):
+        if not isinstance(value, str):
+            raise validate.InvalidState([key, index], what, value)
+    return list(values)
 
 
 def check_format(data: Any, expected: str) -> int:

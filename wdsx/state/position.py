@@ -150,12 +150,12 @@ class PositionTable:
     def decode(self, packed: str | PackedPositions) -> list[Position]:
         """The positions :meth:`encode` was given, in their order."""
         rows = packed.rows.tolist() if isinstance(packed, PackedPositions) else unpack_positions(packed)
-        try:
-            return [
-                Position(self.urls[index], offset, ordinal, bool(pad)) for index, offset, ordinal, pad in rows
-            ]
-        except IndexError as error:
-            raise StateError("checkpoint positions refer to a URL missing from its URL table") from error
+        urls = self.urls
+        if any(row[0] >= len(urls) for row in rows):
+            raise StateError(
+                f"checkpoint positions refer to a URL missing from its URL table (it has {len(urls)} URLs)"
+            )
+        return [Position(urls[index], offset, ordinal, bool(pad)) for index, offset, ordinal, pad in rows]
 
 
 _WIDTHS = tuple((np.dtype(kind).newbyteorder("<"), np.iinfo(kind)) for kind in (np.int8, np.int16, np.int32))
@@ -194,18 +194,55 @@ def _pack_table(table: np.ndarray) -> str:
     return f"{len(table)}:{widths}:{base64.b64encode(zlib.compress(data, 1)).decode('ascii')}"
 
 
+MAX_PACKED_POSITIONS = 1 << 22
+"""The most positions one packed string may declare: far more than a buffer holds (a shuffle
+buffer of 4 million samples), and a bound on what decoding one may allocate."""
+
+_ROW_WIDTHS = frozenset("1248")
+
+
 def unpack_positions(packed: str) -> list[tuple[int, int, int, int]]:
-    """The rows :func:`pack_positions` was given, in their order."""
+    """The rows :func:`pack_positions` was given, in their order.
+
+    A checkpoint may be damaged or hostile: the string's own header (its row count and column
+    widths) says exactly how many bytes its compressed part inflates to, and inflating stops
+    there, so a small string cannot claim gigabytes (a "zlib bomb"). Rows that no packing
+    writes (a rank that is not a permutation, a negative offset or ordinal, a padding flag
+    other than 0 or 1) are refused too."""
+    if not isinstance(packed, str):
+        raise StateError(
+            f"corrupt buffer positions in checkpoint: expected a packed string, found {packed!r:.60}"
+        )
     try:
         count_text, widths, encoded = packed.split(":")
         count = int(count_text)
-        data = zlib.decompress(base64.b64decode(encoded))
+        if not 0 <= count <= MAX_PACKED_POSITIONS:
+            raise ValueError(f"a count from 0 to {MAX_PACKED_POSITIONS} positions, found {count_text!r}")
+        if len(widths) != 5 or not set(widths) <= _ROW_WIDTHS:
+            raise ValueError(f"five column widths of 1, 2, 4 or 8 bytes, found {widths!r}")
+        size = count * sum(map(int, widths))
+        data = _inflate(base64.b64decode(encoded, validate=True), size)
         columns, start = [], 0
         for width in widths:
             kind = np.dtype(f"<i{width}")
             columns.append(np.frombuffer(data, kind, count, start).astype(np.int64))
             start += count * kind.itemsize
-        table = np.cumsum(np.stack(columns[:4], axis=1), axis=0)[columns[4]]
+        ranks = columns[4]
+        if count and not np.array_equal(np.sort(ranks), np.arange(count)):
+            raise ValueError("row ranks that are a permutation of the rows")
+        table = np.cumsum(np.stack(columns[:4], axis=1), axis=0)[ranks]
+        if count and (table[:, :3].min() < 0 or not np.isin(table[:, 3], (0, 1)).all()):
+            raise ValueError("rows of non-negative URL indices, offsets and ordinals, and 0/1 padding flags")
     except (ValueError, TypeError, IndexError, zlib.error) as error:
         raise StateError(f"corrupt buffer positions in checkpoint: {error}") from error
     return [(int(a), int(b), int(c), int(d)) for a, b, c, d in table.tolist()]
+
+
+def _inflate(compressed: bytes, size: int) -> bytes:
+    """``compressed`` inflated, which must give exactly ``size`` bytes: inflating stops one
+    byte past that, whatever the data claims."""
+    inflater = zlib.decompressobj()
+    data = inflater.decompress(compressed, size + 1)
+    if len(data) != size or not inflater.eof or inflater.unconsumed_tail or inflater.unused_data:
+        raise ValueError(f"a compressed table of exactly {size} bytes, as its header declares")
+    return data
