@@ -270,3 +270,52 @@ def test_leftovers_of_killed_writers_are_removed_but_live_writers_are_not(tmp_pa
     with tarfile.open(target) as archive:
         assert archive.getnames() == ["b.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([foreign.name, "x.tar"])
+
+
+SECURE_PROBES = {
+    "torch.load": lambda lib, tmp: lib.autodecode.torch_loads(_saved_tensor()),
+    "local file": lambda lib, tmp: lib.gopen(str(tmp / "x.tar")),
+    "file: URL": lambda lib, tmp: lib.gopen("file:" + str(tmp / "x.tar")),
+    "pipe: URL": lambda lib, tmp: lib.gopen("pipe:cat /dev/null"),
+}
+
+
+def _saved_tensor() -> bytes:
+    out = io.BytesIO()
+    torch.save(torch.zeros(2), out)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("probe", sorted(SECURE_PROBES))
+def test_secure_mode_refuses_what_webdataset_refuses(probe, tmp_path, monkeypatch):
+    """webdataset's ``utils.enforce_security`` (wdsx: ``WDS_SECURE=1``) refuses torch.load, local
+    files through gopen, and pipe: URLs with a ValueError; so does wdsx, through the same names."""
+    import webdataset
+
+    (tmp_path / "x.tar").write_bytes(tar_bytes([("k.txt", b"x")]))
+    monkeypatch.setattr(webdataset.utils, "enforce_security", True)
+    monkeypatch.setenv("WDS_SECURE", "1")
+    for library in (webdataset, wdsx):
+        with pytest.raises(ValueError):
+            SECURE_PROBES[probe](library, tmp_path)
+    monkeypatch.setattr(webdataset.utils, "enforce_security", False)
+    monkeypatch.setenv("WDS_SECURE", "0")
+    if probe != "pipe: URL":  # and allows them otherwise
+        for library in (webdataset, wdsx):
+            result = SECURE_PROBES[probe](library, tmp_path)
+            if hasattr(result, "close"):
+                result.close()
+
+
+def test_secure_mode_refuses_url_rewriting_as_webdataset(monkeypatch):
+    import webdataset
+    from webdataset.gopen import rewrite_url as their_rewrite
+
+    from wdsx.gopen import rewrite_url
+
+    monkeypatch.setenv("GOPEN_REWRITE", "a://=b://")
+    monkeypatch.setattr(webdataset.utils, "enforce_security", True)
+    monkeypatch.setenv("WDS_SECURE", "1")
+    for rewrite in (their_rewrite, rewrite_url):
+        with pytest.raises(ValueError):
+            rewrite("a://x.tar")

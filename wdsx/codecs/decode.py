@@ -83,7 +83,10 @@ def _refusal(what: str) -> str:
 
 def torch_loads(data: bytes) -> Any:
     """``torch.load`` on CPU, with ``weights_only=True`` (tensors and plain containers only)
-    unless pickle is allowed (:func:`wdsx.core.env.pickle_allowed`), as in PyTorch >= 2.6."""
+    unless pickle is allowed (:func:`wdsx.core.env.pickle_allowed`), as in PyTorch >= 2.6;
+    refused in secure mode."""
+    if secure_mode():
+        raise ValueError("torch.load is refused in secure mode (WDS_SECURE=1), as in webdataset")
     import torch
 
     weights_only = _weights_only()

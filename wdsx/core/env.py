@@ -14,40 +14,22 @@ unpickled and ``.pth`` fields are loaded with ``torch.load(weights_only=False)``
 is ``1``. Off by default, as in PyTorch >= 2.6: unpickling a shard from elsewhere runs
 whatever code its author put there."""
 
-MAX_MEMBER = "WDSX_MAX_MEMBER_BYTES"
-DEFAULT_MAX_MEMBER = 1 << 34
-"""16 GiB: the largest tar member a reader accepts unless ``WDSX_MAX_MEMBER_BYTES`` says
-otherwise. Members are never allocated beyond what the stream delivers; this only bounds what
-a stream of unknown length (a pipe, a decompressor) may make a reader hold."""
-
 
 def _flag(name: str) -> bool:
     return os.environ.get(name, "0") not in ("", "0")
 
 
 def secure_mode() -> bool:
-    """``WDS_SECURE=1``: refuse what can run code: ``pipe:`` commands and pickle (even when
-    :data:`ALLOW_PICKLE` is set); ``.pth`` fields load with ``weights_only=True`` only."""
+    """``WDS_SECURE=1`` (webdataset's ``utils.enforce_security``): refuse what can run code or
+    reach beyond the shards named, as webdataset does: ``pipe:`` commands, pickle and
+    ``torch.load`` (even when :data:`ALLOW_PICKLE` is set), ``GOPEN_REWRITE`` rules, and local
+    files opened through webdataset's ``gopen``."""
     return _flag("WDS_SECURE")
 
 
 def pickle_allowed() -> bool:
     """Whether decoders may unpickle: :data:`ALLOW_PICKLE` is set and secure mode is off."""
     return _flag(ALLOW_PICKLE) and not secure_mode()
-
-
-def max_member_bytes() -> int:
-    """The per-member size limit of readers: ``WDSX_MAX_MEMBER_BYTES``, else 16 GiB."""
-    value = os.environ.get(MAX_MEMBER)
-    if not value:
-        return DEFAULT_MAX_MEMBER
-    try:
-        limit = int(value)
-    except ValueError:
-        raise ValueError(f"{MAX_MEMBER} must be a number of bytes, not {value!r}") from None
-    if limit <= 0:
-        raise ValueError(f"{MAX_MEMBER} must be positive, not {value!r}")
-    return limit
 
 
 def seed_from_environment() -> int:

@@ -93,6 +93,11 @@ class SourceError(WdsxError, OSError):
         super().__init__(f"{url}: {reason}" if reason is not None else url)
 
 
+class RefusedError(SourceError, ValueError):
+    """A URL refused by policy (secure mode, ``allow_pipe=False``) rather than by its store:
+    a ``ValueError``, as webdataset raises for it, and a :class:`SourceError` naming the URL."""
+
+
 class DecodingError(WdsxError, ValueError):
     """A field of a sample failed to decode; names the shard, the sample key and the field
     (``k``, webdataset's name for it)."""

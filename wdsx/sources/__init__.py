@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from wdsx.core.errors import SourceError
+from wdsx.core.env import secure_mode
+from wdsx.core.errors import RefusedError, SourceError
 from wdsx.sources.base import Sink, Source, SourceOptions
 from wdsx.sources.listing import Lister, list_local, list_shards, missing_local_shards, names_several
 from wdsx.sources.local import LocalSink, LocalSource, local_path
@@ -120,6 +121,8 @@ def rewrite_url(url: str) -> str:
     rules = os.environ.get("GOPEN_REWRITE")
     if not rules:
         return url
+    if secure_mode():
+        raise RefusedError(url, "GOPEN_REWRITE rules are refused in secure mode (WDS_SECURE=1)")
     for rule in rules.split(";"):
         prefix, _, replacement = rule.partition("=")
         if prefix and url.startswith(prefix):

@@ -25,7 +25,7 @@ import time
 from typing import IO
 
 from wdsx.core.env import secure_mode
-from wdsx.core.errors import SourceError
+from wdsx.core.errors import RefusedError, SourceError
 from wdsx.sources.base import Sink, Source, SourceOptions
 from wdsx.sources.stall import StallWatch
 
@@ -48,7 +48,7 @@ def _start(
     """Run the command of ``url``; its pipe is buffered by ``bufsize`` bytes (default
     ``options.chunk``; 0 for none)."""
     if not options.allow_pipe or secure_mode():
-        raise SourceError(url, "pipe: URLs are disabled (WDS_SECURE=1 or SourceOptions(allow_pipe=False))")
+        raise RefusedError(url, "pipe: URLs are disabled (WDS_SECURE=1 or SourceOptions(allow_pipe=False))")
     command = url[len("pipe:") :]
     try:
         return subprocess.Popen(

@@ -227,6 +227,8 @@ def gopen(url: str, mode: str = "rb", bufsize: int = 8192, **kw: Any) -> IO[byte
 
     if url != "-":
         scheme = urlparse(rewrite_url(url)).scheme
+        if secure_mode() and scheme in ("", "file"):
+            raise ValueError(f"{url}: gopen opens no local file in secure mode (WDS_SECURE=1)")
         opener = gopen_schemes.opener_set_for(scheme) if scheme else None
         if opener is not None:
             if mode not in ("rb", "wb"):

@@ -142,7 +142,9 @@ class ResampledShards(Stage):
             raise ValueError("ResampledShards: no shards")
         self.nshards = nshards
         self.seed = seed
-        self.epoch = 0
+        self.worker_seed = worker_seed
+        self.deterministic = deterministic
+        self.epoch = -1  # as webdataset's: counts the passes iterated directly, from 0
 
     def describe(self) -> str:
         return f"resampled(n={len(self.urls)}, nshards={self.nshards}, seed={self.seed})"
@@ -156,8 +158,8 @@ class ResampledShards(Stage):
         return self._items(run.epoch, run.topology.consumer)
 
     def __iter__(self) -> Iterator[dict[str, str]]:
-        epoch, self.epoch = self.epoch, self.epoch + 1
-        return self._items(epoch, distributed.current().consumer)
+        self.epoch += 1
+        return self._items(self.epoch, distributed.current().consumer)
 
 
 ResampledShardList = ResampledShards
