@@ -31,6 +31,7 @@ import PIL.Image
 import pytest
 
 import wdsx
+from tests.fixtures.peak import REPORT_PEAK, reported_peak
 from wdsx.core import limits
 from wdsx.core.errors import DecodingError, ShardError
 
@@ -79,7 +80,7 @@ def measured(code: str, *args: str, env: dict[str, str] | None = None) -> Run:
     :data:`TIME_LIMIT`."""
     log = io.BytesIO()
     with subprocess.Popen(
-        [sys.executable, "-c", PRELUDE + textwrap.dedent(code), *args],
+        [sys.executable, "-c", REPORT_PEAK + PRELUDE + textwrap.dedent(code), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env={**os.environ, **(env or {})},
@@ -101,7 +102,7 @@ def measured(code: str, *args: str, env: dict[str, str] | None = None) -> Run:
     output = log.getvalue().decode("utf-8", "replace")
     reports = [line for line in output.splitlines() if line.startswith("OUTCOME ")]
     outcome = json.loads(reports[-1][len("OUTCOME ") :]) if reports else {}
-    run = Run(child.returncode, output, usage.ru_maxrss * 1024, outcome)
+    run = Run(child.returncode, output, reported_peak(output) or usage.ru_maxrss * 1024, outcome)
     assert run.peak < PEAK_LIMIT, f"peak RSS {run.peak >> 20} MiB\n{output[-2000:]}"
     assert outcome.get("seconds", 0) < TIME_LIMIT, output[-2000:]
     return run

@@ -33,6 +33,7 @@ from tests.fixtures.hostile import (
     silence,
     trickle,
 )
+from tests.fixtures.peak import REPORT_PEAK, reported_peak
 from tests.fixtures.servers import random_bytes, read_all
 from tests.fixtures.shards import tar_bytes
 from wdsx.errors import SourceError
@@ -257,9 +258,11 @@ def test_the_manifest_of_a_presigned_url_with_slashes_in_its_query_is_used(hosti
 
 def run_measured(code: str, timeout: float = 60.0) -> tuple[int, str, float]:
     """Run ``code`` in a fresh Python; its exit status, its output and its peak RSS in MB
-    (the child's own resource usage, as ``wait4`` reports it)."""
+    (as the child itself measured it: see :mod:`tests.fixtures.peak`)."""
     output = subprocess.PIPE
-    process = subprocess.Popen([sys.executable, "-c", code], stdout=output, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [sys.executable, "-c", REPORT_PEAK + code], stdout=output, stderr=subprocess.STDOUT
+    )
     killer = threading.Timer(timeout, process.kill)
     killer.start()
     try:
@@ -269,7 +272,7 @@ def run_measured(code: str, timeout: float = 60.0) -> tuple[int, str, float]:
     finally:
         killer.cancel()
         process.returncode = os.waitstatus_to_exitcode(status)
-    return process.returncode, text, usage.ru_maxrss / 1024
+    return process.returncode, text, (reported_peak(text) or usage.ru_maxrss * 1024) / (1 << 20)
 
 
 @pytest.mark.slow
