@@ -58,4 +58,4 @@ typecheck: $(VENV)/.installed-test
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) demo-out bench-out
+	rm -rf $(VENV) demo-out bench-out .cache/clients
