@@ -31,9 +31,10 @@ demo: $(VENV)/.installed
 test: lint typecheck
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
 
-# The quick loop: everything but the tests marked slow (torchrun, SIGKILL, large data).
+# The quick loop: everything but the tests marked slow (torchrun, SIGKILL, subprocesses, large
+# data, the README examples), on two processes (a test file stays in one).
 test-fast: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" -n 2 --dist loadfile tests
 
 # The tutorial benchmark reads Debian's openclipart-png drawings; without them (no apt-get, or
 # not root) it uses generated photo-like images instead.

@@ -19,6 +19,8 @@ import pytest
 import wdsx
 from wdsx.as_webdataset import WEBDATASET_MODULES
 
+pytestmark = pytest.mark.slow  # each test starts Python programs in subprocesses
+
 REAL_WEBDATASET = Path(__import__("webdataset").__file__).parent
 
 

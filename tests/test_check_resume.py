@@ -7,6 +7,8 @@ from __future__ import annotations
 import itertools
 import random
 
+import pytest
+
 import wdsx
 from wdsx.commands import cli
 
@@ -33,6 +35,7 @@ def test_a_correct_pipeline_resumes_identically_at_every_cut(shards):
     assert str(report).startswith("resumes exactly")
 
 
+@pytest.mark.slow
 def test_workers_persistent_workers_epoch_boundaries_and_repeated_resumes(shards):
     half = len(shards.keys) // 4 // 2
     report = wdsx.check_resume(

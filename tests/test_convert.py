@@ -296,6 +296,7 @@ def test_errors_are_one_line(tmp_path, capsys):
     assert os.listdir(tmp_path) == ["empty"]
 
 
+@pytest.mark.slow
 def test_convert_to_s3_writes_the_same_shards_and_resumes(s3_server, s3_bucket, tmp_path):
     src = _make_folder(tmp_path / "src", per_class=4)
     settings = ConvertSettings(maxcount=5)

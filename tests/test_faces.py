@@ -195,6 +195,7 @@ def test_every_unsupported_name_is_in_the_readme():
         assert f"`{module}.{name}`" in section or f"`{name}`" in section, f"{module}.{name}"
 
 
+@pytest.mark.slow
 def test_import_stays_light():
     """``import wdsx`` and every face import neither torch, webdataset nor PyYAML; torch comes
     in only when a torch name of ``wdsx.pytorch`` is used."""

@@ -149,6 +149,7 @@ def test_over_http_one_ranged_request_per_sample(corpora, kind, http_server, fau
                 assert int(bound.group(2)) < following["__position__"].offset
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", FORMATS)
 def test_over_s3_one_ranged_request_per_sample(corpora, kind, s3_server, fault_proxy):
     urls = publish_s3(s3_server, corpora[kind])

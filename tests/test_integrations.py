@@ -83,6 +83,7 @@ def test_a_fetch_ahead_consumer_resumes_after_the_batches_it_used(shards, ahead)
     assert keys_of(twice) == oracle[0][7:]
 
 
+@pytest.mark.slow
 def test_dcp_saves_and_loads_the_loader_in_one_process(shards, tmp_path):
     import torch.distributed.checkpoint as dcp
 

@@ -142,6 +142,7 @@ def test_decoding_errors_keep_their_type_through_workers(tmp_path):
         list(loader)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [0, 2])
 def test_checkpoint_at_a_short_last_batch_with_dataloader_batching(tmp_path, workers):
     from tests.fixtures.shards import make_shards

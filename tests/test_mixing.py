@@ -35,6 +35,7 @@ def endless_sources(count: int) -> list[wdsx.DataPipeline]:
     return [wdsx.DataPipeline([(k, i) for i in range(1000)]) for k in range(count)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("weights", [[0.7, 0.3], [5, 3, 2], [1, 2, 3, 4, 10]], ids=["2", "3", "5"])
 @pytest.mark.parametrize("batch_size", [None, 3], ids=["items", "batches"])
 def test_realised_proportions_match_the_weights(weights, batch_size):
@@ -119,6 +120,7 @@ def test_a_mixture_killed_anywhere_resumes_exactly(
     assert before + after == full
 
 
+@pytest.mark.slow
 def test_an_exhausted_source_starts_its_next_epoch_and_resumes_across_it(three):
     """stop="never": the small source ("b", 20 samples) runs out several times in 150 draws;
     each new epoch gives each of its samples again, and a cut inside a later epoch resumes."""

@@ -12,6 +12,8 @@ import pytest
 
 from wdsx.commands import cli
 
+pytestmark = pytest.mark.slow  # every README example in a fresh scratch folder (make test runs them)
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 

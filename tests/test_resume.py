@@ -72,6 +72,7 @@ def test_resume_equals_uninterrupted_run(
     assert before + after == full
 
 
+@pytest.mark.slow
 def test_checkpoint_before_the_first_batch_and_after_the_last(uneven_shards):
     args = (uneven_shards.urls, True, 7, 5, 2, None)
     full, _, _ = run_epochs(build(*args))

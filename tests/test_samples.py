@@ -97,6 +97,7 @@ def assert_groups_as_webdataset(data: bytes) -> None:
     assert wdsx_samples(data) == expected
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(st.lists(name_text.filter(bool), min_size=1, max_size=3))
 def test_any_member_names_group_as_webdataset_groups_them(names):

@@ -50,6 +50,8 @@ from wdsx.sources import (
 from wdsx.sources.http import Target, fetch_json
 from wdsx.sources.stall import STALL_TIMEOUT, stall_window
 
+pytestmark = pytest.mark.slow  # misbehaving servers, waited on for their stall windows
+
 WINDOW = 0.3
 """The stall window of these tests, in seconds."""
 MEMBERS = [(f"s{i:03d}.{ext}", f"{ext} of {i}".encode()) for i in range(5) for ext in ("txt", "cls")]

@@ -69,6 +69,7 @@ def test_early_close_leaves_no_process_and_no_descriptor(shard, pipeline):
     assert open_fds() == before
 
 
+@pytest.mark.slow
 def test_garbage_collection_reaps_the_command(shard):
     gc.collect()  # what earlier tests left for the collector must not close descriptors below
     before = open_fds()
@@ -149,6 +150,7 @@ def test_aborted_sink_reaps_the_command(tmp_path):
     [("exec sleep 30", -signal.SIGTERM), ("sleep 30; cat {shard}", 128 + signal.SIGPIPE)],
     ids=["command-alone", "shell-with-children"],
 )
+@pytest.mark.slow
 def test_command_that_is_not_writing_is_signalled_and_reaped(shard, command, status):
     before = open_fds()
     source = PipeSource(f"pipe:{command.format(shard=shard)}", 0, SourceOptions())

@@ -33,6 +33,7 @@ rows = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(rows)
 def test_positions_come_back_exactly_in_their_order(given_rows):
