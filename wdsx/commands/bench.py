@@ -1,5 +1,6 @@
 """``wdsx bench``: how fast a pipeline reads given shards: samples/s, MB/s, time to the first
-batch, and the mean and variance of the time between batches."""
+batch, and the mean and standard deviation of the time between batches (both in ms, so they
+compare directly)."""
 
 from __future__ import annotations
 
@@ -91,11 +92,8 @@ def run(args: argparse.Namespace) -> int:
         for number, share in enumerate(shares):
             print(f"source {number}: {share} samples ({100 * share / max(1, sum(shares)):.1f}%)")
     if len(steps) >= 2:
-        mean, variance = statistics.mean(steps), statistics.variance(steps)
-        stdev = 1000 * variance**0.5
-        print(
-            f"step time: mean {1000 * mean:.2f} ms, variance {1e6 * variance:.2f} ms^2, stdev {stdev:.2f} ms"
-        )
+        mean, stdev = statistics.mean(steps), statistics.stdev(steps)
+        print(f"step time: mean {1000 * mean:.2f} ms, standard deviation {1000 * stdev:.2f} ms")
     if args.profile:
         print(loader.stats())
     return 0

@@ -7,10 +7,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
 from wdsx.core.errors import WdsxError
+from wdsx.version import __version__
 
 COMMANDS = (
     "wdsx.commands.convert",
@@ -30,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand registered."""
     parser = argparse.ArgumentParser(prog="wdsx", description="Fast, exactly resumable WebDataset shards.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    parser.add_argument("--version", action="version", version=f"wdsx {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMANDS:
         importlib.import_module(module).add_parser(subparsers)
@@ -40,6 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``wdsx`` with ``argv`` (default: the process's arguments); returns the exit status.
 
     Errors are printed as one line on stderr (status 1); usage errors exit with status 2.
+    Output to a pipe that closes early (``wdsx ls x.tar | head -1``) ends the command quietly,
+    with the status a shell gives a process that SIGPIPE ended (141).
     """
     parser = build_parser()
     try:
@@ -48,13 +53,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exn.code if isinstance(exn.code, int) else 2
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="wdsx: %(message)s")
     try:
-        return args.run(args)
+        status = args.run(args)
+        sys.stdout.flush()  # a closed pipe is found here rather than when the interpreter exits
+        return status
+    except BrokenPipeError:
+        _discard_stdout()
+        return PIPE_CLOSED
     except KeyboardInterrupt:
         print("wdsx: interrupted", file=sys.stderr)
         return 130
     except (WdsxError, OSError, ValueError) as exn:
         print(f"wdsx {args.command}: error: {exn}", file=sys.stderr)
         return 1
+
+
+PIPE_CLOSED = 128 + 13
+"""Exit status after the reader of stdout went away: a shell's status for death by SIGPIPE."""
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush of what is still
+    buffered for the closed pipe neither fails nor prints a traceback."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 if __name__ == "__main__":

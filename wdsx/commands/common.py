@@ -1,9 +1,12 @@
-"""What the inspection subcommands share: expanding shard arguments, reading raw samples."""
+"""What the inspection subcommands share: expanding shard arguments, reading raw samples,
+showing progress."""
 
 from __future__ import annotations
 
 import io
 import json
+import sys
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -54,3 +57,65 @@ def human(size: float) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1000
     return f"{size:.1f} TB"
+
+
+class Progress:
+    """Progress of a long command on stderr, while its results go to stdout: a tqdm bar when
+    tqdm is installed, else one line rewritten in place at most every :attr:`INTERVAL`
+    seconds; nothing at all when not ``enabled``. Results are printed with :meth:`write`,
+    which keeps them clear of the bar. Use it as a context manager (it ends the bar's line)."""
+
+    INTERVAL = 0.5
+
+    def __init__(self, total: int | None, unit: str, enabled: bool):
+        self.total, self.unit, self.enabled = total, unit, enabled
+        self.done, self.label, self.shown_at = 0, "", 0.0
+        self.bar: Any = None
+        if enabled:
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                return
+            self.bar = tqdm(total=total, unit=unit, file=sys.stderr, dynamic_ncols=True, leave=False)
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def update(self, count: int = 1) -> None:
+        self.done += count
+        if self.bar is not None:
+            self.bar.update(count)
+        elif self.enabled and time.monotonic() - self.shown_at >= self.INTERVAL:
+            self._show()
+
+    def describe(self, label: str) -> None:
+        """Say what is being worked on (a shard's name) beside the count."""
+        self.label = label
+        if self.bar is not None:
+            self.bar.set_description_str(label, refresh=False)
+
+    def write(self, line: str) -> None:
+        """Print a result line on stdout without tearing the progress line."""
+        if self.bar is not None:
+            self.bar.write(line, file=sys.stdout)
+            return
+        if self.enabled and self.shown_at:
+            sys.stderr.write("\r\x1b[K")
+            self.shown_at = 0.0
+        print(line)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        elif self.enabled and self.shown_at:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+
+    def _show(self) -> None:
+        of = f" of {self.total:,}" if self.total is not None else ""
+        sys.stderr.write(f"\r\x1b[K{self.label}: {self.done:,}{of} {self.unit}s")
+        sys.stderr.flush()
+        self.shown_at = time.monotonic()

@@ -3,9 +3,11 @@
 Each sample gets one tile: its first image field, centred in a SIZE x SIZE box (shrunk to fit,
 or enlarged by the largest whole factor that fits, each pixel becoming a block, so that small
 images stay exact and sharp), or, for a sample without an image, its fields as text; under the
-box, the sample's key and its label (``cls``, ``label`` or ``class``, with the class name when
-the manifest beside the shards lists classes). Tiles are laid out row by row, COLUMNS across,
-each :func:`tile_size` big, with tile ``i``'s box at :func:`image_box`.
+box, the sample's key, which field the box shows, and its label (``cls``, ``label`` or
+``class``, with the class name when the manifest beside the shards lists classes). An image
+with transparency is shown over a light checkerboard, as image editors show it, so that
+transparent clip art does not turn into black squares. Tiles are laid out row by row,
+COLUMNS across, each :func:`tile_size` big, with tile ``i``'s box at :func:`image_box`.
 
 A tile shows little, so little is read for it: a JPEG is decoded at a reduced scale, an image
 over the pixel limit (:mod:`wdsx.core.limits`) is not decoded at all, and of a long key or
@@ -23,6 +25,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from wdsx.commands.common import raw_samples, shard_urls
@@ -37,7 +40,11 @@ MARGIN = 4
 """Pixels around each box and its caption."""
 LINE = 12
 """Pixels per line of text."""
-CAPTION_LINES = 2
+CAPTION_LINES = 3
+CHECKER = 8
+"""Side in pixels of the squares of the checkerboard behind transparent images."""
+CHECKER_SHADES = (255, 204)
+"""The checkerboard's two greys: light enough that no transparent pixel looks black."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -87,21 +94,25 @@ def contact_sheet(
     font = ImageFont.load_default()
     for index, sample in enumerate(samples):
         left, top = image_box(index, columns, size)
-        image = first_image(sample, size)
-        if image is not None:
-            image = fit(image, size)
+        found = first_image(sample, size)
+        if found is not None:
+            field, image = found
+            image = opaque(fit(image, size))
             sheet.paste(image, (left + (size - image.width) // 2, top + (size - image.height) // 2))
+            shown = f"image: {field}"
         else:
             draw.rectangle((left, top, left + size - 1, top + size - 1), outline="lightgray")
             _write(draw, font, _field_lines(sample, draw, font, size), left, top, size, size // LINE)
-        caption = [str(sample.get("__key__", "")), _label(sample, names)]
+            shown = "text of the fields"
+        caption = [str(sample.get("__key__", "")), shown, _label(sample, names)]
         _write(draw, font, caption, left, top + size + MARGIN, size, CAPTION_LINES)
     return sheet
 
 
-def first_image(sample: dict[str, Any], size: int | None = None) -> Image.Image | None:
-    """The sample's first image field, decoded to RGB (a JPEG at the smallest scale that
-    still covers a ``size`` box); None when it has none that decodes within the limits."""
+def first_image(sample: dict[str, Any], size: int | None = None) -> tuple[str, Image.Image] | None:
+    """The sample's first image field and its image, decoded to RGB, or to RGBA when it has
+    transparency (a JPEG at the smallest scale that still covers a ``size`` box); None when
+    it has none that decodes within the limits."""
     for field, value in sample.items():
         if field.rsplit(".", 1)[-1] in IMAGE_FIELDS and isinstance(value, bytes):
             try:
@@ -109,10 +120,25 @@ def first_image(sample: dict[str, Any], size: int | None = None) -> Image.Image 
                     if size is not None:
                         image.draft("RGB", (size, size))
                     check_image_pixels(image.height, image.width, max_image_pixels())
-                    return image.convert("RGB")
+                    return field, image.convert("RGBA" if has_transparency(image) else "RGB")
             except (OSError, ValueError, Image.DecompressionBombError):
                 continue
     return None
+
+
+def has_transparency(image: Image.Image) -> bool:
+    """Whether ``image`` has an alpha channel or a transparent colour (palette and grey PNGs)."""
+    return "A" in image.getbands() or "transparency" in image.info
+
+
+def opaque(image: Image.Image) -> Image.Image:
+    """``image`` as RGB; one with an alpha channel composited over a light checkerboard."""
+    if image.mode != "RGBA":
+        return image.convert("RGB")
+    rows, columns = np.indices((image.height, image.width)) // CHECKER
+    shades = np.where((rows + columns) % 2 == 0, *CHECKER_SHADES).astype(np.uint8)
+    board = Image.fromarray(np.stack([shades] * 3 + [np.full_like(shades, 255)], axis=-1))
+    return Image.alpha_composite(board, image).convert("RGB")
 
 
 def fit(image: Image.Image, size: int) -> Image.Image:

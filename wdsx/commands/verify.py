@@ -1,18 +1,32 @@
 """``wdsx verify``: every shard parses, matches its manifest entry, and its images decode.
 
-The exit status is 0 only if every check passes, so it can gate a pipeline.
+The exit status is 0 only if every check passes, so it can gate a pipeline. Images are
+checked one at a time and dropped: each header's size is checked against the pixel limit
+(:mod:`wdsx.core.limits`) before any pixel is decoded, and a JPEG is decoded at its smallest
+scale (which still reads every coefficient), so memory stays bounded however many images a
+shard holds. What Pillow warns about while decoding (truncated EXIF data, palette
+transparency...) is gathered into the report, counted by message, instead of printed raw; a
+warning does not fail a shard. Progress goes to stderr when it is a terminal (``--progress``
+forces it, ``--no-progress`` turns it off).
 """
 
 from __future__ import annotations
 
 import argparse
+import io
+import sys
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from PIL import Image
 
-from wdsx.codecs.decode import IMAGE_EXTENSIONS, ImageHandler
-from wdsx.commands.common import raw_samples, shard_urls
+from wdsx.codecs.decode import IMAGE_EXTENSIONS
+from wdsx.commands.common import Progress, raw_samples, shard_urls
 from wdsx.core.errors import WdsxError
+from wdsx.core.limits import check_image_pixels, max_image_pixels
 from wdsx.read import formats
 from wdsx.read.index import index_url, load_index, scan_index
 from wdsx.read.manifest import Manifest, ShardEntry, index_shard, manifest_url_beside, shard_name
@@ -28,44 +42,97 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("shards", nargs="+", help="shard URLs or patterns")
     parser.add_argument("--manifest", help="manifest URL (default: the one beside the shards, if any)")
     parser.add_argument("--no-images", action="store_true", help="skip decoding images")
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show progress on stderr (default: when stderr is a terminal)",
+    )
     parser.set_defaults(run=run)
 
 
-def check_shard(url: str, expected: ShardEntry | None, decode_images: bool) -> list[str]:
-    """Problems found in one shard (an empty list when it is sound); ``expected`` is its manifest
-    entry, when the manifest lists it."""
+@dataclass
+class ShardReport:
+    """What checking one shard found: problems (the shard fails) and decoder warnings (it
+    does not), each warning message with how many images raised it and where it came first."""
+
+    problems: list[str] = field(default_factory=list)
+    warnings: Counter[str] = field(default_factory=Counter)
+    first_warned: dict[str, str] = field(default_factory=dict)
+
+    def warned(self, message: str, where: str) -> None:
+        self.warnings[message] += 1
+        self.first_warned.setdefault(message, where)
+
+    def lines(self) -> list[str]:
+        """The report's lines under the shard's ``ok``/``FAIL`` line."""
+        notes = []
+        for message, count in self.warnings.items():
+            images = f"{count} image{'s' if count > 1 else ''}"
+            notes.append(f"warning ({images}, first {self.first_warned[message]}): {message}")
+        return self.problems + notes
+
+
+def check_shard(
+    url: str, expected: ShardEntry | None, decode_images: bool, progress: Progress | None = None
+) -> ShardReport:
+    """Check one shard; ``expected`` is its manifest entry, when the manifest lists it;
+    ``progress`` is advanced by one for every sample read."""
+    report = ShardReport()
     try:
         entry = index_shard(url)
     except (WdsxError, OSError) as exn:
-        return [str(exn)]
-    problems = []
+        report.problems.append(str(exn))
+        return report
     if expected is not None:
-        for field in ("samples", "bytes", "sha256"):
-            if getattr(entry, field) != getattr(expected, field):
-                problems.append(
-                    f"{field} is {getattr(entry, field)}, manifest says {getattr(expected, field)}"
+        for name in ("samples", "bytes", "sha256"):
+            if getattr(entry, name) != getattr(expected, name):
+                report.problems.append(
+                    f"{name} is {getattr(entry, name)}, manifest says {getattr(expected, name)}"
                 )
     if decode_images or formats.format_of(url) != "tar":  # JSONL lines are parsed, .npy rows read
-        decoder = ImageHandler("rgb8")
+        limit = max_image_pixels()
         try:
-            for sample in raw_samples(url):
-                if decode_images:
-                    problems += _image_problems(sample, decoder)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                for sample in raw_samples(url):
+                    if decode_images:
+                        _check_images(sample, limit, report, caught)
+                    if progress is not None:
+                        progress.update()
         except (WdsxError, OSError) as exn:
-            problems.append(str(exn))
-    return problems + _offsets_problems(url)
+            report.problems.append(str(exn))
+    report.problems += _offsets_problems(url)
+    return report
 
 
-def _image_problems(sample: dict[str, Any], decoder: ImageHandler) -> list[str]:
-    """The image fields of ``sample`` that do not decode."""
-    problems = []
+def _check_images(
+    sample: dict[str, Any], limit: int | None, report: ShardReport, caught: list[warnings.WarningMessage]
+) -> None:
+    """Decode the image fields of ``sample``, noting those that fail and what they warned."""
     for ext, data in sample.items():
-        if ext.rsplit(".", 1)[-1] in _IMAGES:
-            try:
-                decoder("." + ext, data)
-            except Exception as exn:
-                problems.append(f"sample {sample['__key__']!r} field {ext!r} does not decode: {exn}")
-    return problems
+        if ext.rsplit(".", 1)[-1].lower() in _IMAGES and isinstance(data, bytes):
+            where = f"sample {sample['__key__']!r} field {ext!r}"
+            problem = image_problem(data, limit)
+            if problem is not None:
+                report.problems.append(f"{where} does not decode: {problem}")
+            for warning in caught:
+                report.warned(str(warning.message), where)
+            caught.clear()
+
+
+def image_problem(data: bytes, limit: int | None) -> str | None:
+    """Why the image ``data`` does not decode within the pixel ``limit``; None when it does.
+    The decoded pixels are dropped at once."""
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            check_image_pixels(image.height, image.width, limit)
+            if image.format == "JPEG":
+                image.draft(image.mode, (1, 1))  # the smallest scale: 1/64 of the pixels
+            image.load()
+    except Exception as exn:  # any decoder's failure is a finding about the data
+        return str(exn) or type(exn).__name__
+    return None
 
 
 def _offsets_problems(url: str) -> list[str]:
@@ -103,14 +170,22 @@ def run(args: argparse.Namespace) -> int:
         print(f"manifest {args.manifest} not found")
         return 1
     entries = {entry.name: entry for entry in manifest.shards} if manifest else {}
-    failed = 0
-    for url in urls:
-        expected = entries.get(shard_name(url))
-        problems = check_shard(url, expected, not args.no_images)
-        if manifest is not None and expected is None:
-            problems.append("not listed in the manifest")
-        failed += bool(problems)
-        print(f"{'FAIL' if problems else 'ok  '} {url}" + "".join(f"\n     {p}" for p in problems))
+    listed = [entries.get(shard_name(url)) for url in urls]
+    total = sum(entry.samples for entry in listed if entry) if all(listed) else None
+    shown = sys.stderr.isatty() if args.progress is None else args.progress
+    failed = warned = 0
+    with Progress(total, "sample", shown) as progress:
+        for url, expected in zip(urls, listed):
+            progress.describe(shard_name(url))
+            report = check_shard(url, expected, not args.no_images, progress)
+            if manifest is not None and expected is None:
+                report.problems.append("not listed in the manifest")
+            failed += bool(report.problems)
+            warned += sum(report.warnings.values())
+            progress.write(f"{'FAIL' if report.problems else 'ok  '} {url}")
+            for line in report.lines():
+                progress.write(f"     {line}")
     checked = _checked(manifest_url, manifest is not None, not args.no_images)
-    print(f"{len(urls) - failed} of {len(urls)} shards ok: {checked}")
+    notes = f"; {warned} decoder warning{'s' if warned != 1 else ''}" if warned else ""
+    print(f"{len(urls) - failed} of {len(urls)} shards ok: {checked}{notes}")
     return 1 if failed else 0

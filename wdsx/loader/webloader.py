@@ -305,6 +305,12 @@ class LoaderSource(Stage):
     def describe(self) -> str:
         return f"loader({self.factory.describe()})"
 
+    def __repr__(self) -> str:
+        """The dataset and the DataLoader arguments given (``WebDataset(...) | batched(16),
+        batch_size=None, num_workers=4``)."""
+        given = ", ".join(f"{name}={value!r}" for name, value in self.factory.loader_kwargs.items())
+        return f"{self.factory.dataset!r}, {given}" if given else repr(self.factory.dataset)
+
     def not_resumable(self) -> str | None:
         dataset = self.factory.dataset
         if not isinstance(dataset, DataPipeline):

@@ -239,6 +239,24 @@ class DataPipeline(FluidInterface):
             )
         self._next_epoch = epoch
 
+    def __repr__(self) -> str:
+        """The pipeline as a person reads it: the class around its first stage, then the other
+        stages and the epoch settings, e.g. ``WebDataset(3 shards from a-0.tar, shuffled) |
+        shuffle(1000, initial=100) | decode(rgb) | batched(16, partial=True)``."""
+        name = type(self).__name__
+        parts = [f"{name}({self.pipeline[0]!r})" if self.pipeline else f"{name}()"]
+        parts += [repr(stage) for stage in self.pipeline[1:]]
+        endless = self.repetitions == sys.maxsize
+        if self.nsamples > 0:
+            parts.append(
+                f"with_epoch({self.nsamples})" if endless else f"repeat({self.repetitions}, {self.nsamples})"
+            )
+        elif self.repetitions != 1:
+            parts.append("repeat()" if endless else f"repeat({self.repetitions})")
+        if self.size is not None:
+            parts.append(f"with_length({self.size})")
+        return " | ".join(parts)
+
     def __len__(self) -> int:
         """Items the next ``iter()`` yields in this process: from ``with_length(n)`` or
         ``with_epoch(n)``, else computed from the per-shard sample counts and the stages

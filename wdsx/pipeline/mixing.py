@@ -142,6 +142,13 @@ class MixSource(Stage):
         self.collation_fn = collation_fn
         self.partial = partial
 
+    def __repr__(self) -> str:
+        """The sources and how they are mixed (``[WebDataset(...), WebDataset(...)],
+        weights=[1.0, 2.0], stop='all'``); the order and batch size only when not the default."""
+        text = f"[{', '.join(map(repr, self.sources))}], weights={self.weights}, stop={self.stop!r}"
+        text += f", order={self.order!r}" if self.order != "random" else ""
+        return text + (f", batch_size={self.batch_size}" if self.batch_size is not None else "")
+
     def describe(self) -> str:
         inner = " | ".join(", ".join(source.fingerprint()) for source in self.sources)
         return (

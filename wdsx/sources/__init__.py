@@ -18,6 +18,7 @@ from typing import Any
 
 from wdsx.core.env import secure_mode
 from wdsx.core.errors import RefusedError, SourceError
+from wdsx.core.extras import install_hint
 from wdsx.sources.base import Sink, Source, SourceOptions
 from wdsx.sources.listing import Lister, list_local, list_shards, missing_local_shards, names_several
 from wdsx.sources.local import LocalSink, LocalSource, local_path
@@ -168,9 +169,8 @@ def _open(
         return LocalSource(url, local_path(url) or url, offset)
     opener = _handler(_OPENERS, scheme)
     if opener is None:
-        raise SourceError(
-            url, f"no reader for URL scheme {scheme!r}, nor an fsspec filesystem (pip install 'wdsx[fsspec]')"
-        )
+        hint = install_hint("fsspec", "fsspec")
+        raise SourceError(url, f"no reader for URL scheme {scheme!r}, nor an fsspec filesystem ({hint})")
     if options.cache_dir:
         from wdsx.sources.cache import open_cached
 

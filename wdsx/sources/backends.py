@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from types import ModuleType
 
 from wdsx.core.errors import SourceError
+from wdsx.core.extras import install_hint
 from wdsx.sources import FALLBACK, Opener, SinkOpener, register
 from wdsx.sources.base import Sink, Source, SourceOptions
 from wdsx.sources.http import open_http
@@ -28,7 +29,7 @@ class _Store:
         except ImportError as exn:
             scheme = url.partition(":")[0]
             raise SourceError(
-                url, f"{scheme}:// URLs need {exn.name!r}: pip install 'wdsx[{self.extra}]'"
+                url, f"{scheme}:// URLs need {exn.name!r}: {install_hint(self.extra, exn.name or self.extra)}"
             ) from exn
 
     def reader(self, name: str) -> Opener:

@@ -252,6 +252,10 @@ class Stage:
         """Why a checkpoint cannot capture this stage exactly, or None when it can."""
         return None
 
+    def __repr__(self) -> str:
+        """The stage as a pipeline's repr lists it: its description, unless it has a shorter one."""
+        return self.describe()
+
     def __call__(self, src: Iterable | None = None) -> Iterator:
         """webdataset's curried-filter protocol: ``wds.map(f)(samples)`` on a plain iterator
         (without one, the stage runs as the first stage of a pipeline)."""
@@ -282,6 +286,9 @@ class CallableStage(Stage):
     def describe(self) -> str:
         return f"callable({self.name})"
 
+    def __repr__(self) -> str:
+        return str(self.name)
+
     def not_resumable(self) -> str | None:
         if self.stateless:
             return None
@@ -305,6 +312,13 @@ class IterableSource(Stage):
 
     def not_resumable(self) -> str | None:
         return f"{self.describe()} is an opaque source; wdsx can only replay it from the start"
+
+
+def shards_summary(urls: Sequence[str]) -> str:
+    """A shard list as a stage's repr shows it: how many, and the first (``3 shards from a.tar``)."""
+    if not urls:
+        return "no shards"
+    return f"1 shard {urls[0]}" if len(urls) == 1 else f"{len(urls)} shards from {urls[0]}"
 
 
 F = TypeVar("F", bound=Callable)

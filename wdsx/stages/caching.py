@@ -68,7 +68,7 @@ def _environment(path: str, map_size: int) -> Any:
 
 class LMDBCached(PipelineStage):
     """Keep the items of the first complete pass in the LMDB database at ``fname`` (created if
-    needed; needs the ``lmdb`` package: ``pip install wdsx[lmdb]``).
+    needed; needs the ``lmdb`` package).
 
     ``pickler`` is any module with ``dumps``/``loads``; ``chunksize`` items are written per
     transaction.

@@ -26,7 +26,7 @@ from wdsx.read.samples import POSITION, Cursor
 from wdsx.read.shard import ReadSettings, read_piece, read_positions, stream_offset
 from wdsx.sources import SourceOptions
 from wdsx.sources.prefetch import Prefetcher
-from wdsx.stages.base import Count, Run, Stage, batch_hint
+from wdsx.stages.base import Count, Run, Stage, batch_hint, shards_summary
 from wdsx.state.checkpoint import JsonDict
 from wdsx.state.position import Position, PositionTable
 
@@ -128,6 +128,10 @@ class ShardReader(ShardStage):
     def describe(self) -> str:
         mode = "resampled" if self.resampled else ("shuffled" if self.deal.shuffle else "ordered")
         return f"shards(n={len(self.urls)}, hash={self._fingerprint:016x}, {mode})"
+
+    def __repr__(self) -> str:
+        mode = "resampled" if self.resampled else ("shuffled" if self.deal.shuffle else "ordered")
+        return f"{shards_summary(self.urls)}, {mode}"
 
     def epoch_deal(self, stages: Sequence[Stage], index: int) -> planning.EpochDeal:
         """The deal of this reader as stage ``index`` of ``stages`` (whose batching it knows)."""

@@ -24,7 +24,7 @@ from wdsx.core import rng
 from wdsx.core import topology as distributed
 from wdsx.read.deal import epoch_order
 from wdsx.sources import SourceOptions, list_shards, names_several
-from wdsx.stages.base import Run, Stage
+from wdsx.stages.base import Run, Stage, shards_summary
 
 
 def envsubst(url: str) -> str:
@@ -108,6 +108,9 @@ class SimpleShardList(Stage):
     def describe(self) -> str:
         digest = rng.derive_seed("\n".join(self.urls))
         return f"shardlist(n={len(self.urls)}, hash={digest:016x}, seed={self.seed})"
+
+    def __repr__(self) -> str:
+        return f"shardlist({shards_summary(self.urls)}, seed={self.seed})"
 
     def _items(self, epoch: int) -> Iterator[dict[str, str]]:
         order = epoch_order(len(self.urls), self.seed or 0, epoch, self.seed is not None)

@@ -7,7 +7,7 @@ only when complete, and the same values give the same bytes); :class:`JsonlShard
 manifest with each shard's line count, size and SHA-256.
 
 Compression follows the name (``.jsonl.gz``: gzip without a timestamp, ``.jsonl.zst``: zstd,
-which needs ``pip install 'wdsx[zstd]'``) unless ``compress`` says otherwise.
+which needs the ``zstandard`` package) unless ``compress`` says otherwise.
 
 A value that would not read back as written is refused with an
 :class:`~wdsx.codecs.encode.EncodingError` naming the line, before any of it is written: one
@@ -21,6 +21,7 @@ import json
 from typing import Any, BinaryIO
 
 from wdsx.core.errors import EncodingError
+from wdsx.core.extras import install_hint
 from wdsx.read.formats import shard_stem
 from wdsx.sources import SourceOptions
 from wdsx.write.writer import ShardWriter, _FileWriter, compression_for
@@ -52,7 +53,8 @@ def _zstd_compressor() -> Any:
     try:
         import zstandard
     except ImportError as exn:
-        raise ImportError("writing .zst shards needs zstandard: pip install 'wdsx[zstd]'") from exn
+        hint = install_hint("zstd", "zstandard")
+        raise ImportError(f"writing .zst shards needs zstandard: {hint}") from exn
     return zstandard.ZstdCompressor().compressobj()
 
 
