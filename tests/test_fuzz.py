@@ -1,6 +1,7 @@
 """A bounded fuzzing run in the test suite (``make fuzz`` runs long campaigns): a few thousand
-seeded inputs, and truncation at every offset of a shard, with no hang, no foreign exception,
-no memory beyond the cap and no silent loss (see :mod:`tests.fuzz.target` for the classes)."""
+seeded inputs over every surface, and truncation at every offset of a shard, with no hang, no
+foreign exception, no memory beyond the cap and no silent loss (see
+:mod:`tests.fuzz.outcomes` for the classes, :mod:`tests.fuzz.surfaces` for the surfaces)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ import tempfile
 
 import pytest
 
-from tests.fuzz import campaign, oracle, tarbytes, target
+from tests.fuzz import campaign, oracle, surfaces, tarbytes
 from tests.fuzz.corpus import Base
+from tests.fuzz.outcomes import FAILURES
+from tests.fuzz.surfaces import tar as target
 
 INPUTS = 2500
+NEW_INPUTS = 1500
 
 
 @pytest.mark.slow  # thousands of mutated shards
@@ -21,6 +25,19 @@ def test_a_seeded_fuzz_run_finds_no_failure():
     assert summary.inputs == INPUTS
     assert summary.failed == 0, summary.table()
     assert summary.outcomes["ok"] > 0 and summary.outcomes["error"] > 0  # the inputs do vary
+
+
+@pytest.mark.slow  # JSONL, .npy, compressed members, a misbehaving HTTP server, tampered checkpoints
+@pytest.mark.timeout(300)
+def test_a_seeded_fuzz_run_over_the_other_surfaces_finds_no_failure():
+    summary = campaign.run_campaign(
+        seed=7, count=NEW_INPUTS, surfaces=surfaces.NEW, workers=1, timeout=5.0, memory_mb=512
+    )
+    assert summary.inputs == NEW_INPUTS
+    assert summary.failed == 0, summary.table()
+    by_surface = {name.split(":")[0] for name in summary.by_mutation}
+    assert by_surface == set(surfaces.NEW)
+    assert summary.outcomes["ok"] > 0 and summary.outcomes["error"] > 0
 
 
 def truncated_everywhere(base: Base) -> list[str]:
@@ -49,7 +66,7 @@ def test_truncation_at_every_offset_is_an_error_unless_only_padding_is_lost(comp
     ]
     tar = b"".join(members) + tarbytes.ZERO * 2
     classes = truncated_everywhere(Base("hand", tar, compression))
-    assert not set(classes) & set(target.FAILURES)
+    assert not set(classes) & set(FAILURES)
     assert classes[-1] == "ok"
     readable = [cut for cut, kind in enumerate(classes) if kind != "error"]
     marker = len(tar) - 2 * tarbytes.BLOCK

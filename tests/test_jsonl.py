@@ -4,10 +4,12 @@ that say where (or are skipped alone), and the writer's shards and manifest chec
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import hashlib
 import json
 import logging
+import lzma
 import os
 from collections import Counter
 
@@ -43,6 +45,30 @@ def test_samples_equal_json_loads_line_by_line(tmp_path, suffix):
     assert {s["__url__"] for s in samples} == set(data.urls)
     first = samples[301]  # line 0 of the third shard
     assert first["__position__"] == (data.urls[2], 0, 0, False)
+
+
+@pytest.mark.parametrize(("suffix", "compress"), [(".jsonl.bz2", bz2.compress), (".jsonl.xz", lzma.compress)])
+def test_bzip2_and_xz_shards_are_read_by_their_names(tmp_path, suffix, compress):
+    lines = [{"i": i, "s": "é" * i} for i in range(50)]
+    path = str(tmp_path / f"part{suffix}")
+    with open(path, "wb") as stream:
+        stream.write(compress("".join(json.dumps(value) + "\n" for value in lines).encode()))
+    samples = list(wdsx.WebDataset(path, manifest=False))
+    assert [s["json"] for s in samples] == lines
+    assert [s["__key__"] for s in samples] == [f"part/{i}" for i in range(50)]
+
+
+def test_a_line_nested_too_deeply_for_the_parser_is_a_bad_line(tmp_path):
+    """json.loads raises RecursionError, not ValueError, on deep nesting (a fuzz finding)."""
+    path = str(tmp_path / "deep.jsonl")
+    with open(path, "w") as stream:
+        stream.write('{"i": 0}\n' + "[" * 100_000 + "]" * 100_000 + '\n{"i": 2}\n')
+    with pytest.raises(
+        wdsx.ShardError, match=r"deep\.jsonl: line 2 is not valid JSON \(the JSON is nested too deeply"
+    ):
+        list(wdsx.WebDataset(path, manifest=False))
+    kept = wdsx.WebDataset(path, manifest=False, handler=wdsx.ignore_and_continue)
+    assert values(kept) == [{"i": 0}, {"i": 2}]
 
 
 @pytest.mark.slow  # 100,000 lines, twice

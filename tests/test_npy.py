@@ -246,3 +246,32 @@ def test_a_few_positions_of_a_remote_shard_are_read_row_by_row(shards, http_serv
     assert np.array_equal(samples[0]["npy"], expected[40]) and np.array_equal(samples[1]["npy"], expected[3])
     assert samples[1]["__pad__"] and samples[1]["__position__"].pad
     assert len(proxy.gets("rows-feats")) == 1 + len(positions)  # the header, then one request per row
+
+
+def _with_header(text: bytes, version: bytes = b"\x01\x00") -> bytes:
+    """A .npy file of 4 float32 rows whose header text is ``text`` (padded as numpy pads)."""
+    header = text + b" " * (-(len(text) + 11) % 64) + b"\n"
+    return b"\x93NUMPY" + version + len(header).to_bytes(2, "little") + header + bytes(16)
+
+
+@pytest.mark.parametrize(
+    ("text", "version", "said"),
+    [
+        (
+            b"{'descr': '<f4', 'fortran_order': False, 'shape': (4, ",
+            b"\x01\x00",
+            "not a readable .npy header",
+        ),
+        (b"{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }", b"\x01\x04", "format version 1.4"),
+    ],
+)
+def test_a_header_numpy_cannot_parse_is_a_shard_error(tmp_path, text, version, said):
+    """numpy's header parser raises tokenize's TokenError on an unclosed parenthesis, and numpy
+    reads no minor version but 0 (fuzz findings: the first escaped as TokenError)."""
+    path = str(tmp_path / "odd.npy")
+    with open(path, "wb") as stream:
+        stream.write(_with_header(text, version))
+    with pytest.raises(Exception):  # noqa: B017 - the oracle refuses it too (TokenError, ValueError)
+        np.load(path)
+    with pytest.raises(wdsx.ShardError, match=f"odd.npy: .*{said}"):
+        list(wdsx.WebDataset(path, manifest=False))

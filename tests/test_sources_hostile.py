@@ -32,6 +32,7 @@ from tests.fixtures.hostile import (
     serve,
     silence,
     trickle,
+    trickled_head,
 )
 from tests.fixtures.peak import REPORT_PEAK, reported_peak
 from tests.fixtures.servers import random_bytes, read_all
@@ -124,6 +125,26 @@ def test_a_silent_server_is_stalled_within_the_window(hostile_http):
     with pytest.raises(SourceError, match=r"reading at byte 0: gave up after 1 retries: stalled: 0 bytes"):
         open_source(hostile_http.url("silent.tar"), 0, stalling(timeout=60.0)).read(100)
     assert len(hostile_http.seen("silent.tar")) == 2
+
+
+@pytest.mark.timeout(30)
+def test_reply_headers_that_trickle_are_cut_off_at_the_read_timeout(hostile_http):
+    """Each header byte comes within the socket timeout, so only a deadline on the whole head
+    ends the wait (a fuzz finding: the reader waited for as long as the server trickled)."""
+    hostile_http.route("slow-head.tar", trickled_head(SHARD, interval=0.05))
+    with pytest.raises(
+        SourceError, match=r"gave up after 1 retries: .*status line and headers took more than 0.3 s"
+    ):
+        open_source(hostile_http.url("slow-head.tar"), 0, stalling()).read(100)
+    assert len(hostile_http.seen("slow-head.tar")) == 2
+
+
+def test_a_416_to_the_size_request_too_is_a_source_error(hostile_http):
+    """A server that answers 416 to the GET and to the HEAD asking for the size: a SourceError
+    (a fuzz finding: urllib's HTTPError escaped)."""
+    hostile_http.route("always-416.tar", raw_headers({"Content-Length": "0"}, status=416))
+    with pytest.raises(SourceError, match=r"always-416\.tar: .*HTTP 416"):
+        open_source(hostile_http.url("always-416.tar"), 0, PATIENT).read(100)
 
 
 @pytest.mark.timeout(30)

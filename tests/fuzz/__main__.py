@@ -1,7 +1,8 @@
 """``python -m tests.fuzz``: run a fuzz campaign (``make fuzz``), or replay one input.
 
-python -m tests.fuzz --inputs 1000000 --workers 2          # a campaign; exit 1 on failures
-python -m tests.fuzz --seed 1 --replay 123456 --save out/  # one input, in this process
+python -m tests.fuzz --inputs 1000000 --workers 2            # a campaign; exit 1 on failures
+python -m tests.fuzz --surfaces jsonl,npy --inputs 20000     # some surfaces only
+python -m tests.fuzz --seed 1 --replay 123456 --save out/    # one input, in this process
 """
 
 from __future__ import annotations
@@ -14,13 +15,20 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from tests.fuzz import campaign, target
+from tests.fuzz import campaign, surfaces
+from tests.fuzz.outcomes import FAILURES
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tests.fuzz", description=__doc__)
     parser.add_argument("--inputs", type=int, default=100_000, help="inputs to run")
     parser.add_argument("--seed", type=int, default=1, help="campaign seed (inputs are a function of it)")
+    parser.add_argument(
+        "--surfaces",
+        default=",".join(surfaces.NAMES),
+        help=f"comma-separated surfaces to attack, of {','.join(surfaces.NAMES)} (default: all; "
+        f"'new' stands for {','.join(surfaces.NEW)}); input i belongs to the (i mod n)-th",
+    )
     parser.add_argument("--start", type=int, default=0, help="index of the first input")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes")
     parser.add_argument("--timeout", type=float, default=5.0, help="watchdog seconds per input")
@@ -31,11 +39,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _surface_names(text: str) -> tuple[str, ...]:
+    names = [name for part in text.split(",") for name in (surfaces.NEW if part == "new" else [part])]
+    unknown = sorted(set(names) - set(surfaces.NAMES))
+    if unknown or not names:
+        raise SystemExit(f"unknown surfaces {unknown}; there are {', '.join(surfaces.NAMES)}")
+    return tuple(names)
+
+
 def _replay(args: argparse.Namespace) -> int:
-    bases, originals = campaign.prepare(args.seed, 64)
     with tempfile.TemporaryDirectory() as scratch:
-        item, kind, detail = campaign.run_one(args.seed, args.replay, bases, originals, scratch, args.timeout)
-    print(f"input {item.index}: {item.base.name} + {', '.join(item.mutations)} ({len(item.data)} bytes)")
+        built = campaign.prepare(_surface_names(args.surfaces), args.seed, scratch)
+        surface = campaign.surface_of(args.replay, built)
+        item, kind, detail = campaign.run_one(surface, args.seed, args.replay, scratch, args.timeout)
+    mutations = ", ".join(item.mutations)
+    print(f"input {args.replay}: {surface.name}:{item.what} + {mutations} ({len(item.data)} bytes)")
     print(f"outcome: {kind} {detail}")
     if args.save:
         os.makedirs(args.save, exist_ok=True)
@@ -43,7 +61,7 @@ def _replay(args: argparse.Namespace) -> int:
         with open(path, "wb") as stream:
             stream.write(item.data)
         print(f"saved {path}")
-    return 1 if kind in target.FAILURES else 0
+    return 1 if kind in FAILURES else 0
 
 
 def _progress(every: float) -> Callable[[campaign.Summary], None]:
@@ -66,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = campaign.run_campaign(
         args.seed,
         args.inputs,
+        surfaces=_surface_names(args.surfaces),
         start=args.start,
         workers=args.workers,
         timeout=args.timeout,
@@ -78,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             json.dump(
                 {
                     "seed": summary.seed,
+                    "surfaces": summary.surfaces,
                     "inputs": summary.inputs,
                     "seconds": summary.seconds,
                     "outcomes": dict(summary.outcomes),

@@ -1,5 +1,6 @@
-"""Fuzz campaigns: inputs ``[start, start + count)`` of a seed, read in worker processes, each
-input under a watchdog and every worker under a memory cap, summarised by outcome class.
+"""Fuzz campaigns: inputs ``[start, start + count)`` of a seed over one or more surfaces (input
+``i`` belongs to surface ``i % len(surfaces)``), read in worker processes, each input under a
+watchdog and every worker under a memory cap, summarised by outcome class.
 
 A worker takes chunks of input indices from a queue and reports each chunk's tally. Before
 each input it sets an interval timer (``timeout``): a reading still running when it fires is
@@ -9,11 +10,13 @@ and counts a hang; a worker that dies (a crash, the kernel's OOM killer) counts 
 way the rest of its chunk is handed to a fresh worker, so every input is run exactly once.
 
 The memory cap is an address-space limit (``RLIMIT_AS``) of the worker's size when ready plus
-``memory_mb``: an allocation beyond it raises ``MemoryError``, counted as over-memory.
+``memory_mb``: an allocation beyond it raises ``MemoryError``, counted as over-memory. Workers
+read with wdsx's memory limits lowered (:data:`LIMITS`), so that inputs of a few KB reach them.
 """
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import queue
@@ -25,10 +28,19 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.fuzz import corpus, oracle, target
+from tests.fuzz import surfaces as surface_kinds
+from tests.fuzz.outcomes import FAILURES, OUTCOMES, Hang
 
 CHUNK = 250
 EXAMPLES = 20
+LIMITS = {
+    "WDSX_MAX_LINE_BYTES": str(4 << 10),
+    "WDSX_INFLATE_GRACE_BYTES": str(256 << 10),
+    "WDSX_MAX_INFLATE_RATIO": "100",
+    "WDSX_MAX_MEMBER_BYTES": str(16 << 20),
+    "WDSX_STALL_TIMEOUT": "0.2",
+}
+"""wdsx's limits in fuzz workers (the oracles read the same variables)."""
 
 
 @dataclass
@@ -36,6 +48,7 @@ class Summary:
     """The tally of a campaign."""
 
     seed: int
+    surfaces: tuple[str, ...] = ("tar",)
     inputs: int = 0
     outcomes: Counter = field(default_factory=Counter)
     by_mutation: dict[str, Counter] = field(default_factory=dict)
@@ -45,7 +58,7 @@ class Summary:
 
     @property
     def failed(self) -> int:
-        return sum(self.outcomes[name] for name in target.FAILURES)
+        return sum(self.outcomes[name] for name in FAILURES)
 
     def add(self, other: dict[str, Any]) -> None:
         self.inputs += other["inputs"]
@@ -59,38 +72,38 @@ class Summary:
         """The summary as text: outcome classes, failures, and outcomes per mutation."""
         rate = self.inputs / self.seconds if self.seconds else 0.0
         lines = [
-            f"fuzz campaign, seed {self.seed}: {self.inputs} inputs in {self.seconds:.1f} s "
-            f"({rate:.0f} inputs/s)",
+            f"fuzz campaign, seed {self.seed}, surfaces {','.join(self.surfaces)}: {self.inputs} inputs "
+            f"in {self.seconds:.1f} s ({rate:.0f} inputs/s)",
             "",
             f"{'outcome':<14}{'inputs':>10}  {'share':>7}  failure?",
         ]
-        for name in target.OUTCOMES:
+        for name in OUTCOMES:
             count = self.outcomes.get(name, 0)
             share = 100 * count / self.inputs if self.inputs else 0.0
-            lines.append(f"{name:<14}{count:>10}  {share:6.2f}%  {'FAIL' if name in target.FAILURES else ''}")
+            lines.append(f"{name:<14}{count:>10}  {share:6.2f}%  {'FAIL' if name in FAILURES else ''}")
         lines.append(f"{'failures':<14}{self.failed:>10}")
         if self.failures:
             lines += ["", "first failures (index, class, input, detail):"]
             lines += [f"  {index} {kind} {what}: {detail}" for index, kind, what, detail in self.failures]
-        lines += [
-            "",
-            f"{'mutation':<22}"
-            + "".join(f"{name:>11}" for name in target.OUTCOMES[:4])
-            + f"{'failures':>10}",
-        ]
-        for name in sorted(self.by_mutation):
-            counts = self.by_mutation[name]
-            failed = sum(counts[kind] for kind in target.FAILURES)
-            lines.append(
-                f"{name:<22}"
-                + "".join(f"{counts[kind]:>11}" for kind in target.OUTCOMES[:4])
-                + f"{failed:>10}"
-            )
+        by_surface: dict[str, Counter] = {}
+        for name, counts in self.by_mutation.items():
+            by_surface.setdefault(name.split(":")[0], Counter()).update(counts)
+        lines += _breakdown("surface", by_surface) + _breakdown("surface:mutation", self.by_mutation)
         return "\n".join(lines)
 
 
-def _describe(item: target.Input) -> str:
-    return f"{item.base.name}+{','.join(item.mutations)}"
+def _breakdown(title: str, counts: dict[str, Counter]) -> list[str]:
+    """Lines of a table of outcome counts (the four passing classes, and failures) per row."""
+    lines = ["", f"{title:<34}" + "".join(f"{name:>10}" for name in OUTCOMES[:4]) + f"{'failures':>10}"]
+    for name in sorted(counts):
+        row = counts[name]
+        failed = sum(row[kind] for kind in FAILURES)
+        lines.append(f"{name:<34}" + "".join(f"{row[kind]:>10}" for kind in OUTCOMES[:4]) + f"{failed:>10}")
+    return lines
+
+
+def _describe(surface: str, item: Any) -> str:
+    return f"{surface}:{item.what}+{','.join(item.mutations)}"
 
 
 class _Tally:
@@ -99,47 +112,48 @@ class _Tally:
     def __init__(self) -> None:
         self.report: dict[str, Any] = {"inputs": 0, "outcomes": Counter(), "by_mutation": {}, "failures": []}
 
-    def add(self, index: int, item: target.Input | None, kind: str, detail: str) -> None:
+    def add(self, index: int, surface: str, item: Any, kind: str, detail: str) -> None:
+        """Count input ``index`` of ``surface`` (``item``: None when it was lost with its worker)."""
         self.report["inputs"] += 1
         self.report["outcomes"][kind] += 1
         for name in item.mutations if item is not None else ("?",):
-            self.report["by_mutation"].setdefault(name, Counter())[kind] += 1
-        if kind in target.FAILURES and len(self.report["failures"]) < EXAMPLES:
-            self.report["failures"].append((index, kind, _describe(item) if item else "?", detail))
+            self.report["by_mutation"].setdefault(f"{surface}:{name}", Counter())[kind] += 1
+        if kind in FAILURES and len(self.report["failures"]) < EXAMPLES:
+            what = _describe(surface, item) if item is not None else f"{surface}:?"
+            self.report["failures"].append((index, kind, what, detail))
 
 
 def _on_alarm(signum: int, frame: Any) -> None:
-    raise target.Hang()
+    raise Hang()
 
 
-def run_one(
-    seed: int, index: int, bases: list[corpus.Base], originals: list[Any], scratch: str, timeout: float
-) -> tuple[target.Input, str, str]:
-    """Build, read and classify input ``index`` (under the alarm when ``timeout`` > 0)."""
-    item = target.make_input(seed, index, bases)
+def surface_of(index: int, surfaces: list[Any]) -> Any:
+    """The surface input ``index`` belongs to."""
+    return surfaces[index % len(surfaces)]
+
+
+def run_one(surface: Any, seed: int, index: int, scratch: str, timeout: float) -> tuple[Any, str, str]:
+    """Build, read and classify input ``index`` of ``surface`` (the reading under the alarm
+    when ``timeout`` > 0)."""
+    item = surface.make(seed, index)
     if timeout > 0:
         signal.setitimer(signal.ITIMER_REAL, timeout)
     try:
-        readings = target.read_all_ways(item, scratch)
-    except target.Hang:
+        readings = surface.read(item, scratch)
+    except Hang:
         return item, "hang", "the reading did not finish within the watchdog's time"
     finally:
         if timeout > 0:
             signal.setitimer(signal.ITIMER_REAL, 0)
-    kind, detail = target.classify(item, readings, originals[bases.index(item.base)])
+    kind, detail = surface.classify(item, readings)
     return item, kind, detail
 
 
-def prepare(seed: int, size: int) -> tuple[list[corpus.Base], list[Any]]:
-    """The corpus of ``seed`` and each base's samples (checked clean by the oracle)."""
-    bases = corpus.corpus(seed, size)
-    originals = []
-    for base in bases:
-        verdict = oracle.verdict(base.stored())
-        if not verdict.clean:
-            raise AssertionError(f"corpus shard {base.name} is not clean: {verdict.reason}")
-        originals.append(verdict.samples)
-    return bases, originals
+def prepare(names: tuple[str, ...], seed: int, scratch: str) -> list[Any]:
+    """The surfaces ``names``, built for ``seed`` with the fuzz limits set."""
+    os.environ.update(LIMITS)
+    logging.getLogger("wdsx").setLevel(logging.ERROR)  # retries and skips are expected here
+    return [surface_kinds.build(name, seed, scratch) for name in names]
 
 
 def _limit_memory(megabytes: int) -> None:
@@ -151,7 +165,7 @@ def _limit_memory(megabytes: int) -> None:
 
 def _worker(
     seed: int,
-    corpus_size: int,
+    names: tuple[str, ...],
     timeout: float,
     memory_mb: int,
     chunks: Any,
@@ -161,10 +175,10 @@ def _worker(
 ) -> None:
     os.nice(5)
     signal.signal(signal.SIGALRM, _on_alarm)
-    bases, originals = prepare(seed, corpus_size)
     with tempfile.TemporaryDirectory(
         prefix="wdsx-fuzz-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None
     ) as scratch:
+        surfaces = prepare(names, seed, scratch)
         if memory_mb:
             _limit_memory(memory_mb)
         while True:
@@ -175,11 +189,12 @@ def _worker(
             tally = _Tally()
             for index in range(low, high):
                 current[3 * slot : 3 * slot + 3] = [index, low, high]
+                surface = surface_of(index, surfaces)
                 try:
-                    item, kind, detail = run_one(seed, index, bases, originals, scratch, timeout)
+                    item, kind, detail = run_one(surface, seed, index, scratch, timeout)
                 except MemoryError:
                     item, kind, detail = None, "over-memory", "MemoryError outside the readings"
-                tally.add(index, item, kind, detail)
+                tally.add(index, surface.name, item, kind, detail)
             current[3 * slot] = -1
             results.put(tally.report)
 
@@ -188,14 +203,14 @@ def run_campaign(
     seed: int,
     count: int,
     *,
+    surfaces: tuple[str, ...] = ("tar",),
     start: int = 0,
     workers: int = 1,
     timeout: float = 5.0,
     memory_mb: int = 512,
-    corpus_size: int = 64,
     progress: Any = None,
 ) -> Summary:
-    """Run inputs ``[start, start + count)`` of ``seed`` in ``workers`` processes.
+    """Run inputs ``[start, start + count)`` of ``seed`` over ``surfaces`` in ``workers`` processes.
 
     ``progress(summary)``, when given, is called after every chunk."""
     context = multiprocessing.get_context("fork")
@@ -207,13 +222,13 @@ def run_campaign(
         pending += 1
     current = context.Array("q", [-1] * (3 * workers), lock=False)
     """Per worker: the input it is reading (-1: none) and its chunk's bounds."""
-    summary = Summary(seed)
+    summary = Summary(seed, surfaces)
     started = time.perf_counter()
 
     def spawn(slot: int) -> Any:
         process = context.Process(
             target=_worker,
-            args=(seed, corpus_size, timeout, memory_mb, chunks, results, current, slot),
+            args=(seed, surfaces, timeout, memory_mb, chunks, results, current, slot),
             daemon=True,
         )
         process.start()
@@ -247,7 +262,8 @@ def run_campaign(
                 kind = "hang" if process.is_alive() else "crash"
                 process.kill()
                 process.join()
-                pending += _split_chunk(chunks, summary, seed, (low, index, high), kind) - 1
+                lost = surfaces[index % len(surfaces)]
+                pending += _split_chunk(chunks, summary, seed, lost, (low, index, high), kind) - 1
                 processes[slot] = spawn(slot)
                 watched[slot] = (-1, time.monotonic())
     finally:
@@ -261,12 +277,15 @@ def run_campaign(
     return summary
 
 
-def _split_chunk(chunks: Any, summary: Summary, seed: int, lost: tuple[int, int, int], kind: str) -> int:
-    """A worker was lost at input ``index`` of its chunk ``[low, high)`` (``lost``): count that
-    input as ``kind`` and queue the chunk's other inputs again; returns the chunks queued."""
+def _split_chunk(
+    chunks: Any, summary: Summary, seed: int, surface: str, lost: tuple[int, int, int], kind: str
+) -> int:
+    """A worker was lost at input ``index`` of its chunk ``[low, high)`` (``lost``), of
+    ``surface``: count that input as ``kind`` and queue the chunk's other inputs again; returns
+    the chunks queued."""
     low, index, high = lost
     tally = _Tally()
-    tally.add(index, None, kind, f"worker lost at input {index} of seed {seed}")
+    tally.add(index, surface, None, kind, f"worker lost at input {index} of seed {seed}")
     summary.add(tally.report)
     queued = 0
     for part in ((low, index), (index + 1, high)):

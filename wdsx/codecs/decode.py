@@ -17,7 +17,6 @@ the sample and the field.
 from __future__ import annotations
 
 import io
-import json
 import os
 import pickle
 from collections.abc import Callable, Sequence
@@ -29,6 +28,7 @@ from wdsx.codecs import tenbin
 from wdsx.core.compression import inflate
 from wdsx.core.env import ALLOW_PICKLE, pickle_allowed, secure_mode
 from wdsx.core.errors import DecodingError
+from wdsx.core.jsontext import parse_json
 from wdsx.core.limits import Inflation, check_image_pixels, max_image_pixels
 
 try:
@@ -144,7 +144,7 @@ def _text(data: bytes) -> str:
 BASIC_DECODERS: dict[str, Callable[[bytes], Any]] = {
     **dict.fromkeys(("txt", "text", "transcript"), _text),
     **dict.fromkeys(("cls", "cls2", "index", "inx", "id"), int),
-    **dict.fromkeys(("json", "jsn"), json.loads),
+    **dict.fromkeys(("json", "jsn"), parse_json),
     **dict.fromkeys(("pkl", "pickle", "pyd"), unpickle_loads),
     "pth": torch_loads,
     **dict.fromkeys(("ten", "tb"), tenbin_loads),

@@ -24,7 +24,7 @@ from wdsx.core.compression import SHARD_SUFFIXES, named_compressed
 from wdsx.read.samples import POSITION
 from wdsx.sources.urls import without_query
 
-JSONL_SUFFIXES = (".jsonl.gz", ".jsonl.zst", ".jsonl")
+JSONL_SUFFIXES = (".jsonl.gz", ".jsonl.bz2", ".jsonl.xz", ".jsonl.zst", ".jsonl")
 NPY_SUFFIXES = (".npy",)
 SUFFIXES = tuple(sorted((*SHARD_SUFFIXES, *JSONL_SUFFIXES, *NPY_SUFFIXES), key=len, reverse=True))
 """Every shard file ending wdsx reads, longest first (so that stripping one leaves the stem)."""

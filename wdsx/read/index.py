@@ -30,6 +30,7 @@ import numpy as np
 
 from wdsx.core.compression import uncompressed
 from wdsx.core.errors import ShardError
+from wdsx.core.jsontext import parse_json
 from wdsx.core.redact import redact
 from wdsx.read import formats
 from wdsx.read.jsonl import line_offsets
@@ -101,7 +102,7 @@ class ShardIndex:
         numbers: an index claiming more than ``limit // 8`` of them is refused (a small
         compressed string could otherwise claim, and inflate to, any size)."""
         try:
-            data = json.loads(text)
+            data = parse_json(text)
             if not isinstance(data, dict) or data.get("format") != FORMAT:
                 raise ValueError(f'not a wdsx offset index (missing "format": "{FORMAT}")')
             if data.get("version") != VERSION:

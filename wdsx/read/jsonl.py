@@ -1,6 +1,7 @@
 """JSONL shards: one sample per line, positioned by the byte offset of the line.
 
-A shard named ``*.jsonl``, ``*.jsonl.gz`` or ``*.jsonl.zst`` holds one JSON value per line. Its
+A shard named ``*.jsonl``, ``*.jsonl.gz``, ``*.jsonl.bz2``, ``*.jsonl.xz`` or ``*.jsonl.zst``
+holds one JSON value per line. Its
 samples are ``{"__key__": "<shard stem>/<line index>", "__url__": url, "json": <parsed value>,
 "__position__": (url, byte offset of the line, line index)}`` (line indices count from 0; error
 messages give 1-based line numbers, as editors show them). Every line is a sample, so a
@@ -12,15 +13,15 @@ resuming costs the same at any depth. Compressed shards cannot start at an offse
 decompressed from the start and the bytes before the offset are skipped (logged). Offsets in
 a compressed shard count decompressed bytes.
 
-A line that is not valid JSON, or longer than ``WDSX_MAX_LINE_BYTES`` (64 MiB; see
-:mod:`wdsx.core.limits`), is an error naming the shard, the line and its byte offset; a
-continuing handler (``handler=warn_and_continue``) skips just that line. A long line is never
+A line that is not valid JSON, nested deeper than Python's parser recurses, or longer than
+``WDSX_MAX_LINE_BYTES`` (64 MiB; see :mod:`wdsx.core.limits`), is an error naming the shard,
+the line and its byte offset; a continuing handler (``handler=warn_and_continue``) skips just
+that line. A long line is never
 held whole: its bytes are dropped as they pass the limit.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Generator, Iterator
 from typing import IO, TYPE_CHECKING, Any, cast
@@ -29,6 +30,8 @@ import numpy as np
 
 from wdsx.core.compression import DecompressionError, uncompressed
 from wdsx.core.errors import ShardError
+from wdsx.core.extras import install_hint
+from wdsx.core.jsontext import parse_json
 from wdsx.core.limits import MAX_LINE, max_line_bytes
 from wdsx.core.streams import Prefixed
 from wdsx.read.formats import StreamStopped, seekable, shard_stem, with_extra
@@ -59,7 +62,8 @@ def decompressed(
         try:
             import zstandard
         except ImportError as exn:
-            raise ShardError(url, 0, "reading .zst shards needs zstandard: pip install 'wdsx[zstd]'") from exn
+            hint = install_hint("zstd", "zstandard")
+            raise ShardError(url, 0, f"reading .zst shards needs zstandard: {hint}") from exn
         raw = cast(IO[bytes], Prefixed(b"", read, readinto))
         stream: Any = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
         errors = (zstandard.ZstdError,)
@@ -178,7 +182,7 @@ def line_sample(url: str, stem: str, offset: int, index: int, line: Line, ended:
             f"({MAX_LINE}); raise it if such lines are expected",
         )
     try:
-        value = json.loads(line)
+        value = parse_json(line)
     except ValueError as exn:
         raise _bad_line(url, offset, index, line, ended, exn) from None
     sample = {"__key__": f"{stem}/{index}", "__url__": url, "json": value}

@@ -30,6 +30,7 @@ from typing import Any
 
 from wdsx.core.compression import uncompressed
 from wdsx.core.errors import SourceError
+from wdsx.core.jsontext import parse_json
 from wdsx.read import formats
 from wdsx.read.jsonl import count_lines, decompressed
 from wdsx.read.npy import count_rows
@@ -169,7 +170,7 @@ class Manifest:
     @classmethod
     def from_json(cls, text: str | bytes) -> Manifest:
         """Parse a manifest; ValueError if it is not one or is of a newer version."""
-        data = json.loads(text)
+        data = parse_json(text)
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ValueError('not a wdsx manifest (missing "format": "wdsx-manifest")')
         if data.get("version") != VERSION:

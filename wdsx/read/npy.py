@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("wdsx")
 
 MAGIC = b"\x93NUMPY"
+VERSIONS = ((1, 0), (2, 0), (3, 0))
+"""The format versions of ``.npy`` files (numpy reads no others)."""
 MAX_HEADER = 1 << 16
 """The longest ``.npy`` header accepted, in bytes (numpy's own default is 10000; a structured
 dtype of many fields may need more, no array needs 64 KiB)."""
@@ -80,6 +82,8 @@ def parse_header(url: str, read: Callable[[int], bytes]) -> NpyHeader:
     head = read_exact(read, 10)
     if not head.startswith(MAGIC) or len(head) < 10:
         raise ShardError(url, 0, "not a .npy file (no NUMPY magic)")
+    if (head[6], head[7]) not in VERSIONS:
+        raise ShardError(url, 6, f".npy format version {head[6]}.{head[7]} is not one numpy writes")
     if head[6] >= 2:
         head += read_exact(read, 2)
         length = int.from_bytes(head[8:12], "little")
@@ -99,8 +103,8 @@ def parse_header(url: str, read: Callable[[int], bytes]) -> NpyHeader:
             np.lib.format.read_array_header_1_0 if version[0] == 1 else np.lib.format.read_array_header_2_0
         )
         shape, fortran, dtype = reader(stream, max_header_size=MAX_HEADER)
-    except ValueError as exn:
-        raise ShardError(url, 0, f"not a readable .npy header: {exn}") from exn
+    except Exception as exn:  # numpy's parser of the header's text raises many kinds of errors
+        raise ShardError(url, 0, f"not a readable .npy header: {type(exn).__name__}: {exn}") from exn
     if not shape:
         raise ShardError(url, 0, "the .npy array is 0-dimensional: it has no rows")
     if dtype.hasobject:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import http.client
-import json
 import re
 import urllib.error
 import urllib.request
@@ -34,6 +33,8 @@ from typing import IO, Any
 from urllib.parse import urlsplit
 
 from wdsx.core.errors import SourceError
+from wdsx.core.jsontext import parse_json
+from wdsx.sources import replyheads
 from wdsx.sources.base import Source, SourceOptions, read_up_to
 from wdsx.sources.retry import (
     Response,
@@ -95,7 +96,9 @@ class _KeepCredentialsOnHost(urllib.request.HTTPRedirectHandler):
 
 @functools.cache
 def _opener() -> urllib.request.OpenerDirector:
-    return urllib.request.build_opener(_KeepCredentialsOnHost)
+    return urllib.request.build_opener(
+        _KeepCredentialsOnHost, replyheads.HTTPHandler, replyheads.HTTPSHandler
+    )
 
 
 def http_request(
@@ -206,7 +209,7 @@ def open_http(
 
 def _size(url: str, target: Target, options: SourceOptions, read_error: ErrorReader) -> int | None:
     """The resource's size from a HEAD request, when the server says it."""
-    reply = http_request(url, target, options, "HEAD", method="HEAD", read_error=read_error)
+    reply = http_request(url, target, options, "HEAD", method="HEAD", read_error=read_error, passthrough=())
     with reply:
         return byte_count(url, reply.headers, "Content-Length")
 
@@ -274,7 +277,7 @@ def fetch_json(
     if body is None:
         raise SourceError(url, f"{doing}: the reply is larger than {options.max_companion_bytes} bytes")
     try:
-        return json.loads(body), reply.headers
+        return parse_json(body), reply.headers
     except ValueError as exn:
         raise SourceError(url, f"{doing}: the reply is not JSON: {body[:200]!r}") from exn
 
@@ -282,7 +285,7 @@ def fetch_json(
 def json_error(body: bytes) -> dict[str, Any]:
     """The decoded JSON object of an error body, or ``{}`` when it is not one."""
     try:
-        value = json.loads(body)
+        value = parse_json(body)
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from wdsx.core import rng, topology
+from wdsx.core.jsontext import parse_json
 from wdsx.read.manifest import Manifest, ShardEntry, manifest_url_for_pattern, natural_key, read_if_present
 from wdsx.sources import SourceOptions, local_path
 from wdsx.write.folder import IMAGE_EXTENSIONS, ConvertError, ImageFile, leaves_folder, list_images
@@ -258,7 +259,7 @@ def _write_json(url: str, value: object, options: SourceOptions | None) -> None:
 
 def _read_json(url: str, options: SourceOptions | None) -> dict | None:
     data = read_if_present(url, options)
-    return None if data is None else json.loads(data)
+    return None if data is None else parse_json(data)
 
 
 def _read_image(job: ShardJob, image_file: ImageFile) -> bytes:
