@@ -65,9 +65,14 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _progress(every: float) -> Callable[[campaign.Summary], None]:
+    """Print the count every ``every`` seconds, and each failure as soon as it is reported."""
     last = [0.0]
+    shown = [0]
 
     def show(summary: campaign.Summary) -> None:
+        for index, kind, what, detail in summary.failures[shown[0] :]:
+            print(f"  failure: input {index} {kind} {what}: {detail}", flush=True)
+        shown[0] = len(summary.failures)
         if time.monotonic() - last[0] >= every:
             last[0] = time.monotonic()
             print(

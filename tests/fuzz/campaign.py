@@ -24,6 +24,7 @@ import resource
 import signal
 import tempfile
 import time
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -153,6 +154,7 @@ def prepare(names: tuple[str, ...], seed: int, scratch: str) -> list[Any]:
     """The surfaces ``names``, built for ``seed`` with the fuzz limits set."""
     os.environ.update(LIMITS)
     logging.getLogger("wdsx").setLevel(logging.ERROR)  # retries and skips are expected here
+    warnings.simplefilter("ignore")  # numpy's notes on odd headers, Pillow's on odd images
     return [surface_kinds.build(name, seed, scratch) for name in names]
 
 

@@ -22,6 +22,7 @@ import io
 import lzma
 import re
 import tarfile
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,3 +163,36 @@ def verdict(stored: bytes) -> Verdict:
                 return Verdict(False, None, f"damaged compressed stream: {type(exn).__name__}: {exn}")
             return tar_verdict(tar)
     return tar_verdict(stored)
+
+
+_STREAMS = {
+    "gzip": (b"\x1f\x8b", lambda: zlib.decompressobj(16 + zlib.MAX_WBITS)),
+    "bzip2": (b"BZh", bz2.BZ2Decompressor),
+    "xz": (b"\xfd7zXZ\x00", lzma.LZMADecompressor),
+}
+
+
+def decompress_streams(data: bytes, kind: str) -> bytes:
+    """The bytes of ``data``, one or more ``kind`` streams (gzip, bzip2, xz) one after another,
+    with zero bytes allowed between and after them; ValueError on anything else (damage, a
+    truncated stream, other data after one). This is the framing rule wdsx documents, applied
+    with the standard library's decoders; Python's own ``gzip.decompress`` refuses zero padding
+    and ``bz2.decompress`` silently drops whatever follows a stream it cannot read."""
+    if not data:
+        return b""
+    magic, new_decoder = _STREAMS[kind]
+    parts = []
+    rest = data
+    while True:
+        decoder = new_decoder()
+        try:
+            parts.append(decoder.decompress(rest))
+        except (zlib.error, OSError, lzma.LZMAError, EOFError) as exn:
+            raise ValueError(f"damaged {kind} stream: {exn}") from None
+        if not decoder.eof:
+            raise ValueError(f"the {kind} stream is truncated")
+        rest = decoder.unused_data.lstrip(b"\0")
+        if not rest:
+            return b"".join(parts)
+        if not rest.startswith(magic):
+            raise ValueError(f"data after the end of the {kind} stream")

@@ -8,7 +8,7 @@ garbage, or endless; a server that stalls, trickles, or hangs up before answerin
 honoured or ignored. wdsx reads it with few, quick retries and a short stall window.
 
 The oracle is the tar verdict (:mod:`tests.fuzz.oracle`) of the body a correct HTTP client
-sees (the shard, or the part of it a short ``Content-Length`` or a cut leaves). When the reply
+sees (the shard; or what a short ``Content-Length``, a cut or damaged chunks leave of it). When the reply
 is correct HTTP (:attr:`Input.proper`), wdsx must give exactly that verdict's samples (or a
 ``ShardError`` on a damaged shard); when it is not, a wdsx error (``SourceError`` or
 ``ShardError``), or exactly the samples that body or the undamaged shard holds
@@ -63,8 +63,9 @@ class Input:
     """Close the connection without answering."""
     proper: bool = True
     """Whether the reply is correct HTTP (so wdsx must read it exactly)."""
-    cut: int | None = None
-    """Where the body a correct client sees ends, when the reply cuts the shard short."""
+    delivered: bytes | None = None
+    """The body a correct client sees, when it is not the shard's bytes (a short
+    ``Content-Length``, a cut, damaged chunks)."""
     original: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -160,6 +161,7 @@ def _serving(rng: random.Random, data: bytes) -> tuple[str, dict[str, Any]]:
     """A way to serve ``data``: its name, and the :class:`Input` fields it sets."""
     length = b"Content-Length: %d" % len(data)
     cut = rng.randint(0, max(0, len(data) - 1))
+    damaged = bytes(_damaged(rng, _chunked(data, rng)))
     ways: list[tuple[str, dict[str, Any]]] = [
         ("proper", {"headers": (length,), "body": data}),
         ("no_length", {"headers": (b"Connection: close",), "body": data}),
@@ -169,7 +171,7 @@ def _serving(rng: random.Random, data: bytes) -> tuple[str, dict[str, Any]]:
         ("stall_once", {"headers": (length,), "body": data, "pause": 0.5}),
     ]
     improper: list[tuple[str, dict[str, Any]]] = [
-        ("length_short", {"headers": (b"Content-Length: %d" % cut,), "body": data, "cut": cut}),
+        ("length_short", {"headers": (b"Content-Length: %d" % cut,), "body": data, "delivered": data[:cut]}),
         (
             "length_long",
             {"headers": (b"Content-Length: %d" % (len(data) + rng.choice([1, 512, 10**6])),), "body": data},
@@ -185,11 +187,11 @@ def _serving(rng: random.Random, data: bytes) -> tuple[str, dict[str, Any]]:
             },
         ),
         ("length_twice", {"headers": (length, b"Content-Length: %d" % cut), "body": data}),
-        ("cut", {"headers": (length,), "body": data[:cut], "cut": cut}),
-        ("cut_no_length", {"headers": (), "body": data[:cut], "cut": cut}),
+        ("cut", {"headers": (length,), "body": data[:cut], "delivered": data[:cut]}),
+        ("cut_no_length", {"headers": (), "body": data[:cut], "delivered": data[:cut]}),
         (
             "chunk_damage",
-            {"headers": (b"Transfer-Encoding: chunked",), "body": bytes(_damaged(rng, _chunked(data, rng)))},
+            {"headers": (b"Transfer-Encoding: chunked",), "body": damaged, "delivered": _unchunked(damaged)},
         ),
         (
             "status",
@@ -238,6 +240,26 @@ def _serving(rng: random.Random, data: bytes) -> tuple[str, dict[str, Any]]:
     return name, {**fields, "proper": False}
 
 
+def _unchunked(body: bytes) -> bytes:
+    """The bytes a chunked body carries, up to where its framing breaks (RFC 9112: a hex size
+    line, that many bytes, CRLF; a zero size ends it)."""
+    out = bytearray()
+    at = 0
+    while True:
+        end = body.find(b"\r\n", at)
+        size_text = body[at:end].split(b";")[0].strip() if end >= 0 else b""
+        if end < 0 or not size_text or any(c not in b"0123456789abcdefABCDEF" for c in size_text):
+            return bytes(out)
+        size = int(size_text, 16)
+        if size == 0:
+            return bytes(out)
+        chunk = body[end + 2 : end + 2 + size]
+        out += chunk
+        if len(chunk) < size or body[end + 2 + size : end + 4 + size] != b"\r\n":
+            return bytes(out)
+        at = end + 4 + size
+
+
 def _damaged(rng: random.Random, chunked: bytes) -> bytearray:
     return mutate.STREAM_MUTATIONS[rng.choice(sorted(mutate.STREAM_MUTATIONS))](rng, bytearray(chunked))
 
@@ -284,7 +306,7 @@ class HttpSurface:
         if failure is not None:
             return failure
         reading = readings["http"]
-        verdict = oracle.verdict(item.data[: item.cut])
+        verdict = oracle.verdict(item.data if item.delivered is None else item.delivered)
         if reading.error is not None:
             if isinstance(reading.error, NoSamplesError) and verdict.clean and not verdict.samples:
                 return "ok", ""

@@ -3,7 +3,8 @@
 compressed stream or its value) or replaced by a decompression bomb; and ``.tar.gz`` or
 ``.tar.bz2`` shards holding a member that inflates far beyond its compressed size.
 
-The oracle is the standard library and numpy: ``gzip.decompress``, then ``bytes.decode``,
+The oracle is the standard library and numpy: the gzip streams decoded by
+:func:`tests.fuzz.oracle.decompress_streams`, then ``bytes.decode``,
 ``json.loads``, ``int`` and ``np.load(allow_pickle=False)`` by the field's extension; and the
 inflation policy of :mod:`wdsx.core.limits` (lowered in fuzz workers): a field or shard that
 inflates to at most the grace size must be read; one that inflates past both the grace size
@@ -28,6 +29,7 @@ import numpy as np
 
 import wdsx
 from tests.fuzz import mutate
+from tests.fuzz.oracle import decompress_streams
 from tests.fuzz.outcomes import Reading, attempt, describe, first_failure
 from wdsx.core.errors import WdsxError
 from wdsx.core.limits import Inflation
@@ -177,11 +179,9 @@ Verdict = tuple[str, Any]
 
 def _inflated(data: bytes, limits: Inflation) -> tuple[str, bytes | None]:
     try:
-        raw = gzip.decompress(data)
-    except Exception:
+        raw = decompress_streams(data, "gzip")
+    except ValueError:
         return "bad", None
-    if data[3:4] and data[3] & 0xE0:
-        return "either", raw  # reserved flag bits: Python reads on, RFC 1952 says refuse
     if len(raw) <= limits.grace:
         return "good", raw
     return ("bad" if len(raw) > limits.allowed(len(data)) else "either"), raw
@@ -203,8 +203,8 @@ def _decoded(field: str, raw: bytes) -> Verdict:
 
 
 def expected(item: Input) -> list[dict[str, Verdict]]:
-    """Each sample's fields (by webdataset's grouping: key up to the first dot), each with the
-    oracle's verdict and value. A shard bomb's members get the shard's inflation verdict."""
+    """Each sample's key and fields (by webdataset's grouping: key up to the first dot), each
+    with the oracle's verdict and value. A shard bomb's members get the shard's inflation verdict."""
     limits = Inflation.from_environment()
     shard = "good"
     if item.suffix != ".tar":
@@ -222,7 +222,7 @@ def expected(item: Input) -> list[dict[str, Verdict]]:
             verdict = (inflated, None) if raw is None else _worst(inflated, _decoded(field, raw))
         elif field in FIELDS:
             verdict = _worst(shard, _decoded(field, data))
-        samples.setdefault(key, {})[field] = verdict
+        samples.setdefault(key, {"__key__": ("good", key)})[field] = verdict
     return list(samples.values())
 
 
@@ -232,7 +232,12 @@ def _worst(first: str, verdict: Verdict) -> Verdict:
 
 
 def _fields(sample: dict[str, Any]) -> dict[str, Any]:
-    return {key.removesuffix(".gz"): value for key, value in sample.items() if not key.startswith("__")}
+    """A decoded sample's key and fields (``.gz`` dropped from their names)."""
+    return {
+        key.removesuffix(".gz"): value
+        for key, value in sample.items()
+        if key == "__key__" or not key.startswith("__")
+    }
 
 
 def _values(sample: dict[str, Verdict]) -> dict[str, Any]:
