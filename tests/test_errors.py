@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import tarfile
 
 import pytest
 
@@ -71,6 +72,9 @@ def test_decode_failure_names_shard_key_and_field_and_can_be_skipped(tmp_path):
     with pytest.raises(wdsx.DecodingError) as caught:
         list(wdsx.WebDataset(path, manifest=False).decode("rgb8"))
     assert caught.value.key == "k2" and caught.value.k == "jpg" and caught.value.url == path
+    with tarfile.open(path) as archive:
+        start = archive.getmember("k2.jpg").offset  # where tar says the sample's member starts
+    assert caught.value.offset == start and f"starts at byte offset {start}" in str(caught.value)
     kept = [
         s["__key__"]
         for s in wdsx.WebDataset(path, manifest=False).decode("rgb8", handler=wdsx.warn_and_continue)

@@ -425,7 +425,11 @@ class Decoder:
                 else:
                     result[k] = self.decode1(k, v)
             except Exception as exn:
-                raise DecodingError(sample.get("__url__"), sample.get("__key__"), k, sample, exn) from exn
+                position = sample.get("__position__")
+                offset = position[1] if isinstance(position, tuple) and len(position) > 1 else None
+                raise DecodingError(
+                    sample.get("__url__"), sample.get("__key__"), k, sample, exn, offset
+                ) from exn
         return result
 
     def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:

@@ -99,25 +99,37 @@ class RefusedError(SourceError, ValueError):
 
 
 class DecodingError(WdsxError, ValueError):
-    """A field of a sample failed to decode; names the shard, the sample key and the field
-    (``k``, webdataset's name for it)."""
+    """A field of a sample failed to decode; names the shard, the sample key, the field (``k``,
+    webdataset's name for it) and where the sample starts in the shard (``offset``: the byte
+    offset of its first tar member or JSONL line, the row of a ``.npy`` shard), when known."""
 
     def __init__(
-        self, url: Any = None, key: Any = None, k: Any = None, sample: Any = None, cause: Any = None
+        self,
+        url: Any = None,
+        key: Any = None,
+        k: Any = None,
+        sample: Any = None,
+        cause: Any = None,
+        offset: int | None = None,
     ):
         self.url = url
         self.key = key
         self.k = k
         self.sample = sample
+        self.offset = offset
         if key is None and k is None:  # a bare message
             super().__init__(url)
             return
         detail = f": {type(cause).__name__}: {cause}" if cause is not None else ""
-        super().__init__(f"cannot decode field {k!r} of sample {key!r} in shard {url}{detail}")
+        where = ""
+        if offset is not None:
+            row = isinstance(url, str) and url.split("?", 1)[0].endswith(".npy")
+            where = f" (row {offset})" if row else f" (the sample starts at byte offset {offset})"
+        super().__init__(f"cannot decode field {k!r} of sample {key!r} in shard {url}{where}{detail}")
 
     def __reduce__(self) -> tuple:
         # The sample can be large or unpicklable; keep the identifying fields and the message.
-        return (type(self), (self.url, self.key, self.k), {"args": self.args})
+        return (type(self), (self.url, self.key, self.k, None, None, self.offset), {"args": self.args})
 
 
 class EncodingError(WdsxError, ValueError):
