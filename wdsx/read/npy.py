@@ -17,6 +17,7 @@ row index says which row. Without shuffling the order is the file's, and ordinal
 
 from __future__ import annotations
 
+import ast
 import io
 import logging
 import math
@@ -96,13 +97,8 @@ def parse_header(url: str, read: Callable[[int], bytes]) -> NpyHeader:
     text = read_exact(read, length)
     if len(text) < length:
         raise ShardError(url, len(head) + len(text), "the .npy header is truncated")
-    stream = io.BytesIO(head + text)
     try:
-        version = np.lib.format.read_magic(stream)
-        reader = (
-            np.lib.format.read_array_header_1_0 if version[0] == 1 else np.lib.format.read_array_header_2_0
-        )
-        shape, fortran, dtype = reader(stream, max_header_size=MAX_HEADER)
+        shape, fortran, dtype = _header_fields(head, text)
     except Exception as exn:  # numpy's parser of the header's text raises many kinds of errors
         raise ShardError(url, 0, f"not a readable .npy header: {type(exn).__name__}: {exn}") from exn
     if not shape:
@@ -119,6 +115,27 @@ def parse_header(url: str, read: Callable[[int], bytes]) -> NpyHeader:
     if header.row_bytes == 0 and header.rows:
         raise ShardError(url, 0, f"the .npy rows hold no data (shape {shape}, itemsize {dtype.itemsize})")
     return header
+
+
+def _header_fields(head: bytes, text: bytes) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """Shape, Fortran order and dtype from a header, parsed as ``np.load`` parses it: numpy's
+    own readers for versions 1 and 2 (latin-1 text, old Python 2 headers repaired), and for
+    version 3 the UTF-8 text as a Python literal with no repair (numpy's readers of versions 1
+    and 2 would read it as latin-1, renaming non-ASCII fields, and repair what numpy refuses)."""
+    if head[6] < 3:
+        stream = io.BytesIO(head + text)
+        np.lib.format.read_magic(stream)
+        reader = np.lib.format.read_array_header_1_0 if head[6] == 1 else np.lib.format.read_array_header_2_0
+        return reader(stream, max_header_size=MAX_HEADER)
+    fields = ast.literal_eval(text.decode("utf-8"))
+    if not isinstance(fields, dict) or fields.keys() != {"descr", "fortran_order", "shape"}:
+        raise ValueError(f"the header is not a dict of descr, fortran_order and shape: {text[:200]!r}")
+    shape, fortran = fields["shape"], fields["fortran_order"]
+    if not isinstance(shape, tuple) or not all(type(size) is int for size in shape):
+        raise ValueError(f"shape is not a tuple of integers: {shape!r}")
+    if not isinstance(fortran, bool):
+        raise ValueError(f"fortran_order is not a bool: {fortran!r}")
+    return shape, fortran, np.lib.format.descr_to_dtype(fields["descr"])
 
 
 def read_header(url: str, options: SourceOptions | None = None) -> NpyHeader:
@@ -181,10 +198,12 @@ class Rows:
         return self.header.rows
 
     def row(self, index: int) -> np.ndarray:
-        """Row ``index`` as an array of its own (not a view that keeps the shard mapped)."""
+        """Row ``index`` as an array of its own (not a view that keeps the shard mapped), of the
+        array's dtype: a 0-d array for a 1-D shard, never a numpy scalar, whose dtype would
+        shrink (``S3`` to ``S2`` for bytes ending in NUL) and differ from a re-read row's."""
         if not 0 <= index < len(self.array):
             raise IndexError(f"{self.url} has {len(self.array)} rows, not {index + 1}")
-        return np.array(self.array[index])
+        return self.array[index, ...].copy()
 
     def gather(self, rows: np.ndarray) -> np.ndarray:
         """The rows at ``rows``, stacked into one new batch array (in a WebLoader worker, in

@@ -166,7 +166,8 @@ def expected(data: bytes) -> Expected:
         array = np.load(io.BytesIO(data), allow_pickle=False)
     except Exception as exn:  # numpy's reader is the oracle: whatever it refuses is damage
         return Expected(None, f"numpy refuses it: {type(exn).__name__}: {exn}")
-    return Expected(list(array), refusable=fortran and array.ndim > 1)
+    rows = [array[row, ...] for row in range(len(array))]  # arrays of the row's dtype, not scalars
+    return Expected(rows, refusable=fortran and array.ndim > 1)
 
 
 def _rows(dataset: Any) -> list[tuple[str, np.ndarray]]:
@@ -210,7 +211,9 @@ def classify(item: Input, readings: dict[str, Reading]) -> tuple[str, str]:
             continue
         if truth.rows is not None and _same(reading.result, truth.rows):
             continue
-        if truth.rows is None and _same(reading.result, list(item.original)):
+        if truth.rows is None and _same(
+            reading.result, [item.original[row, ...] for row in range(len(item.original))]
+        ):
             continue  # damage in bytes the format ignores
         return "silent-loss", f"{describe(readings)}; numpy: {truth.reason or len(truth.rows or [])} rows"
     if (file.error is None) != (memory.error is None):
