@@ -275,3 +275,36 @@ def test_a_header_numpy_cannot_parse_is_a_shard_error(tmp_path, text, version, s
         np.load(path)
     with pytest.raises(wdsx.ShardError, match=f"odd.npy: .*{said}"):
         list(wdsx.WebDataset(path, manifest=False))
+
+
+def test_rows_of_a_1d_shard_keep_its_dtype(tmp_path):
+    """A row of bytes ending in NUL: a numpy scalar would shrink its dtype (S3 to S2), and a
+    row re-read on resume would not (a fuzz finding)."""
+    path = str(tmp_path / "codes.npy")
+    array = np.array([b"ab\0", b"abc", b"\0\0\0"], dtype="S3")
+    np.save(path, array)
+    samples = list(wdsx.WebDataset(path, manifest=False))
+    oracle = np.load(path)
+    assert [s["npy"].dtype for s in samples] == [np.dtype("S3")] * 3
+    assert [s["npy"].tobytes() for s in samples] == [oracle[i, ...].tobytes() for i in range(3)]
+
+
+def test_version_3_headers_are_read_as_numpy_reads_them(tmp_path):
+    """Version 3 headers are UTF-8 (field names beyond latin-1) and are not repaired as
+    numpy repairs the Python 2 headers of versions 1 and 2."""
+    path = str(tmp_path / "named.npy")
+    array = np.zeros(3, dtype=[("é", "<i4"), ("snow☃", "u1")])
+    with open(path, "wb") as stream:
+        np.lib.format.write_array(stream, array, version=(3, 0))
+    samples = list(wdsx.WebDataset(path, manifest=False))
+    assert [s["npy"].dtype for s in samples] == [np.load(path).dtype] * 3
+    with open(path, "rb") as stream:
+        data = bytearray(stream.read())
+    at = data.index(b"\n")
+    data[at - 1 : at + 1] = b"\n\t"  # numpy's version 3 reader refuses the indented line
+    with open(path, "wb") as stream:
+        stream.write(bytes(data))
+    with pytest.raises(ValueError):
+        np.load(path)
+    with pytest.raises(wdsx.ShardError, match="not a readable .npy header"):
+        list(wdsx.WebDataset(path, manifest=False))
