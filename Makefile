@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 TORCH  := torch==2.13.0
 
-.PHONY: demo test test-fast bench lint typecheck fuzz clean install
+.PHONY: demo test test-fast bench lint typecheck fuzz clean install docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 # Azurite (the Azure Storage emulator the tests start) comes from npm, into a project-local folder.
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(BIN)/pip install -q -e '.[test,bench]'
+	$(BIN)/pip install -q -e '.[test,bench,docs]'
 	npm install --prefix .npm-tools --no-audit --no-fund --silent azurite@3.35.0
 	touch $@
 
@@ -28,11 +28,11 @@ install: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(BIN)/python examples/demo.py
 
-test: lint typecheck
+test: lint typecheck docs
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
 
 # The quick loop: everything but the tests marked slow (torchrun, SIGKILL, subprocesses, large
-# data, the README examples), on two processes (a test file stays in one).
+# data, the documentation's examples), on two processes (a test file stays in one).
 test-fast: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" -n 2 --dist loadfile tests
 
@@ -43,17 +43,27 @@ bench: $(VENV)/.installed-test
 	-test -d /usr/share/datasets/fashion-mnist || { apt-get update -qq; apt-get install -y --no-install-recommends dataset-fashion-mnist; }
 	$(BIN)/python benchmarks/run.py
 
-# A long fuzzing campaign over the reading API (`make test` runs a short one): a watchdog and a
-# memory cap per input, a summary by outcome class, exit status 1 on any failure.
-FUZZ_INPUTS  ?= 1000000
-FUZZ_WORKERS ?= 2
-FUZZ_SEED    ?= 1
+# A long fuzzing campaign (`make test` runs a short one) over the surfaces that read data: tar,
+# JSONL and .npy shards, compressed members, HTTP replies, checkpoints (FUZZ_SURFACES=all, new,
+# or a comma-separated list). A watchdog and a memory cap per input, a summary by outcome class,
+# exit status 1 on any failure.
+FUZZ_INPUTS   ?= 1000000
+FUZZ_WORKERS  ?= 2
+FUZZ_SEED     ?= 1
+FUZZ_SURFACES ?= tar,jsonl,npy,members,http,states
 fuzz: $(VENV)/.installed-test
-	$(BIN)/python -m tests.fuzz --inputs $(FUZZ_INPUTS) --workers $(FUZZ_WORKERS) --seed $(FUZZ_SEED)
+	$(BIN)/python -m tests.fuzz --inputs $(FUZZ_INPUTS) --workers $(FUZZ_WORKERS) --seed $(FUZZ_SEED) \
+		--surfaces $(FUZZ_SURFACES)
+
+# The documentation site, into site/ (open site/index.html). --strict: a broken link, anchor or
+# API reference fails the build. docs/hooks/ generates the CLI help and the performance page's
+# tables and plots (from benchmarks/results/) while it builds.
+docs: $(VENV)/.installed-test
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 lint: $(VENV)/.installed-test
-	$(BIN)/ruff check wdsx tests examples scripts benchmarks
-	$(BIN)/ruff format --check wdsx tests examples scripts benchmarks
+	$(BIN)/ruff check wdsx tests examples scripts benchmarks docs/hooks
+	$(BIN)/ruff format --check wdsx tests examples scripts benchmarks docs/hooks
 
 typecheck: $(VENV)/.installed-test
 	$(BIN)/mypy

@@ -1,7 +1,9 @@
 """``make bench``: wdsx against webdataset 1.0.2 on the same generated shards, in one run.
 
 Prints a table of rates and ratios (medians of interleaved runs: this machine is shared and
-noisy, so only same-run ratios mean anything) and writes it to ``bench-out/results.md``.
+noisy, so only same-run ratios mean anything) and writes it to ``bench-out/results.md`` and
+``results.json``. A dated copy, ``benchmarks/results/YYYY-MM-DD.json``, is what the documentation's
+performance page renders its tables and plots from; commit it to publish a run.
 
     python benchmarks/run.py [--only read,loader,resume,s3,convert,formats] [--repeats 3]
 """
@@ -9,8 +11,11 @@ noisy, so only same-run ratios mean anything) and writes it to ``bench-out/resul
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
+import platform
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -172,12 +177,50 @@ def main() -> None:
 
 
 def save(rows: list[Row]) -> None:
-    """Write the table so far to ``bench-out/results.md`` and ``results.json``."""
+    """Write the table so far to ``bench-out/results.md`` and ``results.json``, and the dated copy
+    with the machine it ran on to ``benchmarks/results/``."""
     os.makedirs(data.ROOT, exist_ok=True)
     with open(os.path.join(data.ROOT, "results.md"), "w") as stream:
         stream.write(render(rows) + "\n")
     with open(os.path.join(data.ROOT, "results.json"), "w") as stream:
         json.dump(rows, stream, indent=1)
+    today = datetime.date.today().isoformat()
+    os.makedirs(RESULTS_DIR, exist_ok=True)
+    with open(os.path.join(RESULTS_DIR, f"{today}.json"), "w") as stream:
+        json.dump(dated_record(today, rows), stream, indent=1)
+        stream.write("\n")
+
+
+RESULTS_DIR = os.path.join(os.path.dirname(__file__), "results")
+COLUMNS = ("benchmark", "wdsx", "webdataset", "ratio", "target")
+
+
+def dated_record(today: str, rows: list[Row]) -> dict:
+    """One run as the docs read it: when, on what, at which commit, and the table's rows by column."""
+    return {
+        "date": today,
+        "commit": _git_commit(),
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "processor": platform.machine(),
+            "cpus": os.cpu_count(),
+        },
+        "rows": [dict(zip(COLUMNS, row)) for row in rows],
+    }
+
+
+def _git_commit() -> str:
+    """The checked-out commit (with ``+dirty`` for local changes), or "" outside a git checkout."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], capture_output=True, text=True, check=False, cwd=RESULTS_DIR)
+        return done.stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD")
+    if commit and git("status", "--porcelain", "--untracked-files=no"):
+        commit += "+dirty"
+    return commit
 
 
 if __name__ == "__main__":
