@@ -77,16 +77,19 @@ from wdsx.pipeline.datasets import MockDataset, with_epoch, with_length
 from wdsx.pipeline.fluid import FluidInterface
 from wdsx.pipeline.indexed import IndexedDataset, ShardLocalSampler
 from wdsx.pipeline.mixing import Mix, RandomMix, RoundRobin
-from wdsx.pipeline.randomness import sample_rng
+from wdsx.pipeline.randomness import current_rng, sample_rng
+from wdsx.pipeline.schedules import PiecewiseConstant, PiecewiseLinear
 from wdsx.pipeline.webdataset import FluidWrapper, WebDataset
 from wdsx.read.manifest import Manifest
 from wdsx.read.samples import POSITION
 from wdsx.sources import SourceOptions
 from wdsx.stages.base import Stage, pipelinefilter, stateless
 from wdsx.stages.batch import batched, listed, unbatched, unlisted
+from wdsx.stages.bucket import bucket
 from wdsx.stages.caching import Cached, LMDBCached
 from wdsx.stages.collate import collate_torch, default_collation_fn
 from wdsx.stages.custom import PipelineStage
+from wdsx.stages.pack import collate_packed, pack
 from wdsx.stages.plain import repeatedly
 from wdsx.stages.reading import tarfile_samples, tarfile_to_samples
 from wdsx.stages.resampling import resampled
@@ -166,6 +169,8 @@ __all__ = [
     "NoSamplesError",
     "NotResumableError",
     "POSITION",
+    "PiecewiseConstant",
+    "PiecewiseLinear",
     "PipelineStage",
     "Position",
     "RandomMix",
@@ -188,12 +193,15 @@ __all__ = [
     "associate",
     "basichandlers",
     "batched",
+    "bucket",
     "cached_tarfile_samples",
     "cached_tarfile_to_samples",
     "cbors2_to_samples",
     "cbors_to_samples",
     "check_resume",
+    "collate_packed",
     "collate_torch",
+    "current_rng",
     "decode",
     "decode_resized",
     "default_collation_fn",
@@ -220,6 +228,7 @@ __all__ = [
     "maybe_cached_tarfile_to_samples",
     "non_empty",
     "numpy_dumps",
+    "pack",
     "pipe_cleaner",
     "pipelinefilter",
     "pytorch_worker_info",

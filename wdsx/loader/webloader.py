@@ -20,7 +20,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,7 @@ from wdsx.pipeline.mixing import Mix
 from wdsx.stages.base import Count, RedealTarget, Run, Stage, reread, source_index
 from wdsx.state import validate
 from wdsx.state.checkpoint import FORMAT, VERSION, JsonDict, PipelineState
+from wdsx.state.fingerprint import Identity
 from wdsx.state.position import Position, PositionTable, as_json
 
 log = logging.getLogger("wdsx")
@@ -535,10 +536,22 @@ class WebLoader(DataPipeline):
             totals = [a + b for a, b in zip(totals, dataset.contributions_in(worker_state))]
         return totals
 
+    def skip_keys(self, keys: Iterable[str]) -> WebLoader:
+        """Never deliver the samples with these keys: the workers' readers drop them."""
+        super().skip_keys(keys)
+        if isinstance(self.dataset, DataPipeline):
+            self.dataset.skip_keys(self.skipped_keys)
+        return self
+
+    def shard_identities(self) -> list[tuple[str, Identity]]:
+        dataset = self.dataset
+        return dataset.shard_identities() if isinstance(dataset, DataPipeline) else []
+
     # --- elastic resume ---------------------------------------------------------------
-    def load_state_dict(self, state: JsonDict, strict: bool = True) -> None:
+    def load_state_dict(self, state: JsonDict, strict: bool = True, data_changed: str = "error") -> None:
         """Resume from a state saved by this loader, by a loader with a different number of
-        workers, or (a :func:`gather_loader_state` result) by a job with different ranks."""
+        workers, or (a :func:`gather_loader_state` result) by a job with different ranks.
+        ``data_changed``: see :meth:`DataPipeline.load_state_dict`."""
         topology = distributed.current(self._captured)
         rank, world = topology.rank, topology.world_size
         if isinstance(state, dict) and state.get("format") == GLOBAL_FORMAT:
@@ -549,12 +562,15 @@ class WebLoader(DataPipeline):
             for index, rank_state in enumerate(saved_ranks):
                 with validate.within("ranks", index):
                     ranks.append(self.parse_state(rank_state))
+                    self.check_data(rank_state, data_changed, strict)
+                self.skip_keys(ranks[-1].skip_keys)
             progresses = [self._progress(rank_state) for rank_state in ranks]
             if len(ranks) == world and all(p is None or p.workers == self.slots for p in progresses):
                 state = saved_ranks[rank]
             else:
                 state = self._redealt(ranks, rank, world, strict).to_json()
         else:
+            self.check_data(state, data_changed, strict)
             parsed = self.parse_state(state)
             progress = self._progress(parsed)
             if progress is not None and (progress.workers != self.slots or progress.world != world):
@@ -565,7 +581,7 @@ class WebLoader(DataPipeline):
                         "gather_loader_state() and load that"
                     )
                 state = self._redealt([parsed], rank, world, strict).to_json()
-        super().load_state_dict(state, strict)
+        super().load_state_dict(state, strict, data_changed)
 
     def checked_state(
         self, state: Any, strict: bool = True, topology: distributed.Topology | None = None
@@ -650,6 +666,8 @@ class WebLoader(DataPipeline):
             template.epoch,
             {LoaderSource.state_key: progress.to_json(PositionTable())},
             passes=template.passes,
+            skip=template.skip,
+            skip_keys=template.skip_keys,
         )
 
     def _fresh_reader_state(

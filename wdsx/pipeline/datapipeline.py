@@ -14,7 +14,7 @@ import logging
 import operator
 import sys
 import warnings
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -27,6 +27,7 @@ from wdsx.stages.base import Count, Run, Stage, as_stage, source_index, stage_ke
 from wdsx.stages.observe import StageObserver
 from wdsx.stages.plan import execution_stages
 from wdsx.stages.reading import ShardReader
+from wdsx.state import fingerprint as data_fingerprint
 from wdsx.state import validate
 from wdsx.state.checkpoint import FORMAT as STATE_FORMAT
 from wdsx.state.checkpoint import VERSION, JsonDict, PipelineState, check_format, fingerprint_differences
@@ -84,6 +85,8 @@ class _Stream:
         self.limit = pipeline.nsamples
         # items yielded in the current epoch, counted at C speed (see _counted)
         self.counter = itertools.count(start.yielded if start else 0)
+        # items still to read and drop before the next one is yielded (pipeline.skip(n))
+        self.skip_left = start.skip if start else 0
         self.items = self._generate()
 
     @property
@@ -106,9 +109,15 @@ class _Stream:
                 observer.start(stages)
             for index, stage in enumerate(stages):
                 chain = stage.apply(chain, run, index)
+                if index == run.source_index and stage.reads_shards and pipeline.skipped_keys:
+                    chain = _without_keys(chain, pipeline.skipped_keys)
                 if observer is not None:
                     chain = observer.wrap(chain, run, index)
             base = self.yielded if restore else 0
+            if self.skip_left:
+                dropped = sum(1 for _ in itertools.islice(chain, self.skip_left))
+                self.skip_left -= dropped
+                base += dropped
             self.counter = itertools.count(base)
             first = next(chain, _NOTHING)
             if first is not _NOTHING:
@@ -131,6 +140,7 @@ class _Stream:
         elif self.run is not None:
             state.epoch, state.stages = self.run.epoch, self.run.snapshot()
         state.nominal, state.passes, state.yielded = self.nominal, self.passes, self.yielded
+        state.skip = self.skip_left
         state.urls = list(self.table.urls) if self.started else state.urls
         return state
 
@@ -157,6 +167,12 @@ class DataPipeline(FluidInterface):
     decode_threads: int = 1
     """Threads that decode each batch's images, where decoding goes straight into batches
     (:mod:`wdsx.stages.plan`); WebLoader's ``decode_threads`` sets it in its workers."""
+
+    skipped_keys: frozenset[str] = frozenset()
+    """Keys of samples this pipeline never delivers (:meth:`skip_keys`); checkpoints keep them."""
+
+    _data: JsonDict | None = None
+    """The shards' identities, found once (:meth:`data_identity`)."""
 
     def __init__(self, *stages: Any, seed: int | None = None):
         self.pipeline: list[Stage] = []
@@ -266,10 +282,12 @@ class DataPipeline(FluidInterface):
             return self.size
         topology = distributed.current(self._captured)
         self.prepare(topology, endless=self.nsamples > 0 or self.repetitions == sys.maxsize)
-        return self.epoch_count(topology).items - self._yielded_already()
+        return max(0, self.epoch_count(topology).items - self._yielded_already())
 
     def _yielded_already(self) -> int:
-        return self._pending.yielded if self._pending is not None and self.nsamples <= 0 else 0
+        """Items of the epoch a pending checkpoint has delivered or is still to skip."""
+        pending = self._pending
+        return pending.yielded + pending.skip if pending is not None and self.nsamples <= 0 else 0
 
     def _epoch_to_count(self) -> int:
         return self._pending.epoch if self._pending is not None else self._next_epoch
@@ -380,18 +398,66 @@ class DataPipeline(FluidInterface):
             if strict:
                 raise NotResumableError(message)
             warnings.warn(message + " (strict=False: resuming restarts those stages)", stacklevel=2)
-        return validate.signed(as_json(self.current_state().to_json()))
+        state = self.current_state()
+        state.data = self.data_identity()
+        return validate.signed(as_json(state.to_json()))
 
     def current_state(self) -> PipelineState:
         """The current state, without checking that it can be restored exactly."""
         if self._pending is not None:
-            return copy.deepcopy(self._pending)
-        if self._live is not None:
-            return self._live.state(self.fingerprint(), self.seed)
-        topology = distributed.current(self._captured)
-        return PipelineState(
-            self.fingerprint(), self.seed, topology.consumer, topology.consumers, self._next_epoch
-        )
+            state = copy.deepcopy(self._pending)
+        elif self._live is not None:
+            state = self._live.state(self.fingerprint(), self.seed)
+        else:
+            topology = distributed.current(self._captured)
+            state = PipelineState(
+                self.fingerprint(), self.seed, topology.consumer, topology.consumers, self._next_epoch
+            )
+        state.skip_keys = sorted(self.skipped_keys)
+        return state
+
+    # --- skipping and the data's identity ---------------------------------------------
+    def skip(self, n: int) -> DataPipeline:
+        """Read and drop the next ``n`` items (batches, where the pipeline batches) where the
+        next ``iter()`` starts: after ``load_state_dict()``, or before the first ``iter()``.
+        A checkpoint taken before they are dropped keeps the count, so its resume drops them
+        too. Returns the pipeline."""
+        if n < 0:
+            raise ValueError(f"skip() needs a count >= 0, got {n}")
+        if self._pending is None:
+            if self._live is not None:
+                raise StateError(
+                    "skip() applies where the next iter() starts: call it after load_state_dict() "
+                    "or before the pipeline is first iterated"
+                )
+            self._pending = self.current_state()
+        self._pending.skip += n
+        return self
+
+    def skip_keys(self, keys: Iterable[str]) -> DataPipeline:
+        """Never deliver the samples with these ``__key__`` values, from the samples the
+        reader reads next on (one already held in a buffer is still delivered). Checkpoints
+        keep the keys, and loading one adds its keys to the pipeline's. Returns the pipeline."""
+        keys = [keys] if isinstance(keys, str) else list(keys)
+        if any(not isinstance(key, str) for key in keys):
+            raise TypeError("skip_keys() takes sample keys (strings)")
+        self.skipped_keys = self.skipped_keys | frozenset(keys)
+        return self
+
+    def shard_identities(self) -> list[tuple[str, data_fingerprint.Identity]]:
+        """Each shard this pipeline reads with its size and SHA-256 (None where unknown): a
+        local file's own size, else the manifest's, and the manifest's hash
+        (:mod:`wdsx.state.fingerprint`)."""
+        index = source_index(self.pipeline)
+        return data_fingerprint.identities(self.pipeline[index]) if index is not None else []
+
+    def data_identity(self) -> JsonDict | None:
+        """What a checkpoint records about the shards, found once per pipeline (None for a
+        pipeline that reads no shards)."""
+        if self._data is None:
+            shards = self.shard_identities()
+            self._data = data_fingerprint.record(shards) if shards else {}
+        return self._data or None
 
     def parse_state(self, data: JsonDict) -> PipelineState:
         """A checkpoint of this pipeline, of any version this wdsx reads, as today's type (its
@@ -416,13 +482,30 @@ class DataPipeline(FluidInterface):
             raise StateError(f"malformed version-2 {STATE_FORMAT} checkpoint: {error!r}") from error
         return {**data, "version": VERSION, "stages": stages, "urls": table.urls}
 
-    def load_state_dict(self, state: JsonDict, strict: bool = True) -> None:
+    def load_state_dict(self, state: JsonDict, strict: bool = True, data_changed: str = "error") -> None:
         """Resume from ``state`` at the next ``iter()``. The whole state is checked here (see
         :meth:`checked_state`): a bad one raises :class:`StateError` now, not when iterating.
         With ``strict=False``, a state of other stages, another shard list or another seed
-        warns instead of raising, and resumes what still applies."""
-        self._pending = self.checked_state(state, strict)
-        self._live = None
+        warns instead of raising, and resumes what still applies. A state taken on other data
+        (a shard added, removed, resized or with other content) is refused naming the shards,
+        unless ``data_changed="allow"`` (or ``strict=False``), which logs the changes."""
+        self.check_data(state, data_changed, strict)
+        pending = self.checked_state(state, strict)
+        self._pending, self._live = pending, None
+        self.skip_keys(pending.skip_keys)
+
+    def check_data(self, state: JsonDict, data_changed: str = "error", strict: bool = True) -> None:
+        """Refuse ``state`` if it was taken on other shards than this pipeline reads (see
+        :mod:`wdsx.state.fingerprint`), unless ``data_changed="allow"`` or ``strict=False``
+        (which accepts another shard list anyway): then log the changes."""
+        allow = data_fingerprint.allowed(data_changed) or not strict
+        saved = self.parse_state(state).data
+        if saved is None:  # a worker's or a source's state, or one older than the record
+            return
+        current = data_fingerprint.parse(self.data_identity() or {"shards": []})
+        changes = data_fingerprint.check(saved, current, allow)
+        if changes:
+            log.warning("resuming on changed data (data_changed=%r): %s", data_changed, "; ".join(changes))
 
     def checked_state(
         self, state: Any, strict: bool = True, topology: distributed.Topology | None = None
@@ -546,6 +629,7 @@ def _check_stage_states(
             index, stage = owners[key]
             assert stage.state_type is not None
             parsed = stage.state_type.from_json(saved, table)
+            stage.check_state(parsed)
             for position in parsed.held():
                 if once and position in held:
                     raise validate.InvalidState(
@@ -594,6 +678,13 @@ def _check_reader(
     counts = reader.deal.counts
     order = deal.order(state.seed, state.epoch)
     progress.check_within(plan, None if counts is None else [counts[shard] for shard in order])
+
+
+def _without_keys(samples: Iterator, keys: frozenset[str]) -> Iterator:
+    """``samples`` without those whose ``__key__`` is one of ``keys``."""
+    for sample in samples:
+        if not (isinstance(sample, dict) and sample.get("__key__") in keys):
+            yield sample
 
 
 def _all_stages(items: list) -> bool:

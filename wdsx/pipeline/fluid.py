@@ -7,11 +7,14 @@ the same stages as the functional ``DataPipeline(...)`` form.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from wdsx.core.errors import Handler, reraise_exception
+from wdsx.pipeline import samplemaps
 from wdsx.stages import batch, caching, collate, resized, shuffle
+from wdsx.stages import bucket as bucketing
+from wdsx.stages import pack as packing
 from wdsx.stages import transforms as stages
 
 F = TypeVar("F", bound="FluidInterface")
@@ -44,6 +47,29 @@ class FluidInterface:
     ) -> Any:
         return self.compose(batch.batched(batchsize, collation_fn, partial))
 
+    def bucket(
+        self,
+        key: Callable[[Any], Any],
+        boundaries: Sequence[float] | None,
+        batch_size: int,
+        *,
+        max_held: int | None = None,
+        partial: bool = True,
+        collation_fn: Callable | None = collate.default_collation_fn,
+    ) -> Any:
+        """Batches of ``batch_size`` items whose ``key`` falls in the same bucket, holding at most
+        ``max_held`` items (:func:`wdsx.stages.bucket.bucket`)."""
+        return self.compose(
+            bucketing.bucket(
+                key, boundaries, batch_size, max_held=max_held, partial=partial, collation_fn=collation_fn
+            )
+        )
+
+    def pack(self, field: str, length: int, **kw: Any) -> Any:
+        """Documents of tokens in ``field`` packed into rows of ``length`` tokens
+        (:func:`wdsx.stages.pack.pack`)."""
+        return self.compose(packing.pack(field, length, **kw))
+
     def unbatched(self) -> Any:
         return self.compose(batch.unbatched())
 
@@ -62,8 +88,13 @@ class FluidInterface:
             return self
         return self.compose(shuffle.shuffle(size, **kw))
 
-    def map(self, f: Callable, handler: Handler = reraise_exception) -> Any:
-        return self.compose(stages.map(f, handler=handler))
+    def map(self, f: Callable, handler: Handler = reraise_exception, rng: bool = False) -> Any:
+        """Apply ``f`` to each sample; with ``rng=True``, ``wdsx.current_rng()`` inside ``f`` is
+        the sample's own generator (:mod:`wdsx.pipeline.samplemaps`)."""
+        return self._mapping(stages.map(f, handler=handler), rng)
+
+    def _mapping(self, transform: stages.Transform, rng: bool) -> Any:
+        return samplemaps.with_item_rng(self, transform) if rng else self.compose(transform)
 
     def decode(
         self,
@@ -92,8 +123,12 @@ class FluidInterface:
     def to_tuple(self, *args: str, **kw: Any) -> Any:
         return self.compose(stages.to_tuple(*args, **kw))
 
-    def map_tuple(self, *args: Callable | None, handler: Handler = reraise_exception) -> Any:
-        return self.compose(stages.map_tuple(*args, handler=handler))
+    def map_tuple(
+        self, *args: Callable | None, handler: Handler = reraise_exception, rng: bool = False
+    ) -> Any:
+        """Apply the i-th function to the i-th element of tuple samples; with ``rng=True``,
+        ``wdsx.current_rng()`` inside them is the sample's own generator."""
+        return self._mapping(stages.map_tuple(*args, handler=handler), rng)
 
     def slice(self, *args: int | None) -> Any:
         return self.compose(stages.slice(*args))

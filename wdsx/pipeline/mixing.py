@@ -11,6 +11,11 @@ exhausted (``longest=True``); ``"never"`` starts an exhausted source's next epoc
 order, its own epoch counter) and never ends. With ``batch_size``, each draw yields a whole
 batch from one source (homogeneous batches).
 
+Weights can follow a schedule (:mod:`wdsx.pipeline.schedules`): a function of the draws the
+whole job has made in this epoch, counted as this reader's draws times the number of readers
+plus the draws made before the last re-deal (``MixState.base``). Both counts are in the
+checkpoint, so a resumed or re-dealt mixture goes on with the weights it would have had.
+
 Each source is dealt across ranks and workers by its own reader, so under WebLoader every
 reader mixes its own share of every source, and a checkpoint re-dealt to another topology
 re-deals every source's unread rest (:mod:`wdsx.pipeline.redeal`).
@@ -28,12 +33,14 @@ from wdsx.core import rng
 from wdsx.core.errors import StateError
 from wdsx.core.topology import Topology
 from wdsx.core.topology import current as current_topology
-from wdsx.pipeline import redeal
+from wdsx.pipeline import redeal, schedules
 from wdsx.pipeline.datapipeline import DataPipeline
+from wdsx.pipeline.schedules import WeightsOrSchedule
 from wdsx.stages.base import Count, RedealTarget, Run, Stage, reread, source_index, stage_keys
 from wdsx.stages.collate import default_collation_fn
 from wdsx.state import validate
 from wdsx.state.checkpoint import JsonDict, PipelineState
+from wdsx.state.fingerprint import Identity
 from wdsx.state.position import Position, PositionTable
 
 STOP_RULES = ("first", "all", "never")
@@ -49,6 +56,9 @@ class MixState:
     """Random draws made so far (weighted order)."""
     turn: int = 0
     """Index into the active sources of the next round-robin turn."""
+    base: int = 0
+    """Draws the whole job made in this epoch before the readers were last re-dealt (0 until
+    then): where a weight schedule's count starts for every reader."""
     delivered: list[int] = field(default_factory=list)
     active: list[bool] = field(default_factory=list)
     epochs: list[int] = field(default_factory=list)
@@ -59,7 +69,7 @@ class MixState:
 
     def reset(self, count: int, epoch: int) -> None:
         """Start an epoch of ``count`` sources at source epoch ``epoch``."""
-        self.draws, self.turn = 0, 0
+        self.draws, self.turn, self.base = 0, 0, 0
         self.delivered, self.active = [0] * count, [True] * count
         self.epochs, self.sources, self.live = [epoch] * count, [None] * count, [None] * count
 
@@ -68,7 +78,7 @@ class MixState:
             pipeline.current_state().to_json() if pipeline is not None else saved
             for pipeline, saved in zip(self.live, self.sources)
         ]
-        return {
+        data: JsonDict = {
             "draws": self.draws,
             "turn": self.turn,
             "delivered": list(self.delivered),
@@ -76,6 +86,14 @@ class MixState:
             "epochs": list(self.epochs),
             "sources": sources,
         }
+        if self.base:
+            data["base"] = self.base
+        return data
+
+    def drawn(self, readers: int) -> int:
+        """The draws the whole job has made in this epoch, as a weight schedule counts them:
+        this reader's times the number of readers (who draw in turn), after ``base``."""
+        return self.base + self.draws * readers
 
     @classmethod
     def from_json(cls, data: JsonDict, table: PositionTable) -> MixState:
@@ -94,6 +112,7 @@ class MixState:
         return cls(
             validate.integer(data, "draws"),
             validate.integer(data, "turn", high=max(count - 1, 0)),
+            validate.integer(data, "base", default=0),
             validate.integers(data, "delivered", length=count),
             list(active),
             validate.integers(data, "epochs", length=count),
@@ -116,7 +135,7 @@ class MixSource(Stage):
     def __init__(
         self,
         sources: Sequence[DataPipeline],
-        weights: Sequence[float] | None,
+        weights: WeightsOrSchedule,
         stop: str,
         order: str,
         batch_size: int | None,
@@ -129,13 +148,15 @@ class MixSource(Stage):
             raise ValueError(f"stop must be one of {STOP_RULES}, got {stop!r}")
         if order not in ORDERS:
             raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
-        weights = [1.0] * len(sources) if weights is None else [float(w) for w in weights]
-        if len(weights) != len(sources) or any(w < 0 for w in weights) or not sum(weights) > 0:
-            raise ValueError(f"weights must be {len(sources)} non-negative numbers with a positive sum")
+        self.schedule: schedules.Schedule | None = weights if callable(weights) else None
+        if self.schedule is not None:
+            schedules.checked(self.schedule(0), len(sources), 0)
+        fixed = weights if weights is not None and not callable(weights) else [1.0] * len(sources)
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         self.sources = list(sources)
-        self.weights = weights
+        self.weights = schedules.checked(fixed, len(sources))
+        """The fixed weights (all 1 under a schedule, which gives them per draw instead)."""
         self.stop = stop
         self.order = order
         self.batch_size = batch_size
@@ -145,16 +166,19 @@ class MixSource(Stage):
     def __repr__(self) -> str:
         """The sources and how they are mixed (``[WebDataset(...), WebDataset(...)],
         weights=[1.0, 2.0], stop='all'``); the order and batch size only when not the default."""
-        text = f"[{', '.join(map(repr, self.sources))}], weights={self.weights}, stop={self.stop!r}"
+        text = f"[{', '.join(map(repr, self.sources))}], weights={self._weights_text()}, stop={self.stop!r}"
         text += f", order={self.order!r}" if self.order != "random" else ""
         return text + (f", batch_size={self.batch_size}" if self.batch_size is not None else "")
 
     def describe(self) -> str:
         inner = " | ".join(", ".join(source.fingerprint()) for source in self.sources)
         return (
-            f"mix({self.order}, weights={self.weights}, stop={self.stop}, "
+            f"mix({self.order}, weights={self._weights_text()}, stop={self.stop}, "
             f"batch={self.batch_size}, sources=[{inner}])"
         )
+
+    def _weights_text(self) -> str:
+        return schedules.describe(self.schedule) if self.schedule is not None else str(self.weights)
 
     def not_resumable(self) -> str | None:
         reasons = [f"source {k}: {r}" for k, s in enumerate(self.sources) for r in s.not_resumable()]
@@ -190,6 +214,13 @@ class MixSource(Stage):
         seed = rng.derive_seed("mix", run.seed, run.epoch, run.topology.consumer)
         return self._mix(run, state, seed)
 
+    def _weights_now(self, state: MixState, readers: int) -> Sequence[float]:
+        """The sources' weights for the next draw: fixed, or the schedule's at the count so far."""
+        if self.schedule is None:
+            return self.weights
+        drawn = state.drawn(readers)
+        return schedules.checked(self.schedule(drawn), len(self.sources), drawn)
+
     def _start(self, state: MixState, k: int) -> Iterator:
         """Source ``k`` running in this reader: from its saved state, or at its epoch."""
         pipeline = self.sources[k].detached()
@@ -201,7 +232,7 @@ class MixSource(Stage):
         state.live[k] = pipeline
         return iter(pipeline)
 
-    def _next_source(self, state: MixState, seed: int) -> int | None:
+    def _next_source(self, state: MixState, seed: int, readers: int) -> int | None:
         """The source of the next output, or None when none is active."""
         active = [k for k, alive in enumerate(state.active) if alive]
         if not active:
@@ -209,7 +240,10 @@ class MixSource(Stage):
         if self.order == "round_robin":
             state.turn %= len(active)
             return active[state.turn]
-        bounds = list(itertools.accumulate(self.weights[k] for k in active))
+        weights = self._weights_now(state, readers)
+        bounds = list(itertools.accumulate(weights[k] for k in active))
+        if not bounds[-1] > 0:  # every active source has weight 0: draw among them equally
+            bounds = list(range(1, len(active) + 1))
         point = rng.uniform(seed, state.draws) * bounds[-1]
         state.draws += 1
         return active[min(bisect.bisect_right(bounds, point), len(active) - 1)]
@@ -238,7 +272,7 @@ class MixSource(Stage):
         iterators: list[Iterator | None] = [None] * len(self.sources)
         try:
             while True:
-                k = self._next_source(state, seed)
+                k = self._next_source(state, seed, run.topology.consumers)
                 if k is None:
                     return
                 items, positions = self._draw(state, iterators, k)
@@ -314,6 +348,8 @@ class MixSource(Stage):
             mix = MixState.from_json(saved, state.table()) if saved is not None else None
             mixes.append(mix)
             held.extend(redeal.held_positions(state, stages, skip=index))
+        drawn = max((mix.base for mix in mixes if mix is not None), default=0)
+        drawn += sum(mix.draws for mix in mixes if mix is not None)
         dealt = []
         for k, source in enumerate(self.sources):
             urls = set(self._urls_of(k))
@@ -325,6 +361,7 @@ class MixSource(Stage):
         for reader in range(readers.readers):
             mix = MixState()
             mix.reset(len(self.sources), first.epoch)
+            mix.base = drawn
             mix.sources = [dealt[k][reader].to_json() for k in range(len(self.sources))]
             table = PositionTable()
             fresh.append(
@@ -378,8 +415,11 @@ class Mix(DataPipeline):
     Args:
         sources: the pipelines to mix (``WebDataset(...)...``); other iterables mix too, but
             a checkpoint then cannot be taken.
-        weights: relative weights of the sources (default: equal); under round-robin order
-            they are ignored.
+        weights: relative weights of the sources (default: equal), or a schedule: a function
+            of the draws made so far in the epoch giving the weights
+            (:class:`~wdsx.pipeline.schedules.PiecewiseConstant`,
+            :class:`~wdsx.pipeline.schedules.PiecewiseLinear`, any pure callable); under
+            round-robin order they are ignored.
         stop: ``"first"``, ``"all"`` or ``"never"`` (see the module documentation).
         order: ``"random"`` (weighted draws) or ``"round_robin"``.
         batch_size: draw whole batches of this size from one source at a time.
@@ -391,7 +431,7 @@ class Mix(DataPipeline):
     def __init__(
         self,
         sources: Iterable[Any],
-        weights: Sequence[float] | None = None,
+        weights: WeightsOrSchedule = None,
         *,
         stop: str = "all",
         order: str = "random",
@@ -430,6 +470,17 @@ class Mix(DataPipeline):
                     states[k] = source.checked_state(source_state, strict, where).to_json()
         parsed.stages[key] = {**saved, "sources": states}
         return parsed
+
+    def skip_keys(self, keys: Iterable[str]) -> Mix:
+        """Never deliver the samples with these keys: each source drops them as it reads."""
+        super().skip_keys(keys)
+        for source in self.mixer.sources:
+            source.skip_keys(self.skipped_keys)
+        return self
+
+    def shard_identities(self) -> list[tuple[str, Identity]]:
+        """Every source's shards with their identities."""
+        return [shard for source in self.mixer.sources for shard in source.shard_identities()]
 
     def prepare(self, topology: Topology, endless: bool) -> None:
         for source in self.mixer.sources:

@@ -21,7 +21,7 @@ from wdsx.core.errors import StateError
 from wdsx.read.deal import EpochDeal, Span
 from wdsx.read.progress import ReaderProgress
 from wdsx.stages.base import RedealTarget, Stage, source_index, stage_keys
-from wdsx.state.checkpoint import PipelineState
+from wdsx.state.checkpoint import JsonDict, PipelineState
 from wdsx.state.position import Position, PositionTable
 
 
@@ -113,6 +113,7 @@ def redeal(
     for reader, plan in enumerate(plans):
         table = PositionTable()
         progress = ReaderProgress.starting(plan).to_json(table)
+        carried = carried_states(states, stages, table, skip=index)
         fresh.append(
             PipelineState(
                 first.fingerprint,
@@ -120,8 +121,24 @@ def redeal(
                 reader,
                 target.readers,
                 first.epoch,
-                {key: progress},
+                {key: progress, **carried},
                 table.urls,
             )
         )
     return fresh
+
+
+def carried_states(
+    states: Sequence[PipelineState], stages: Sequence[Stage], table: PositionTable, skip: int
+) -> dict[str, JsonDict]:
+    """What the stages but stage ``skip`` (the reader) hand every new reader of a re-deal, by
+    stage key (:meth:`~wdsx.stages.base.Stage.carried_state`), positions written against
+    ``table``."""
+    carried = {}
+    for index, (stage, key) in enumerate(zip(stages, stage_keys(stages))):
+        if index != skip:
+            saved = [(state.stages.get(key), state.table()) for state in states]
+            state = stage.carried_state(saved, table)
+            if state is not None:
+                carried[key] = state
+    return carried

@@ -233,6 +233,22 @@ class Stage:
         stage with an :meth:`epoch_deal` applies."""
         return None
 
+    def carried_state(
+        self, saved: Sequence[tuple[JsonDict | None, PositionTable]], table: PositionTable
+    ) -> JsonDict | None:
+        """The state every new reader of an elastic re-deal gives this stage, from the old
+        readers' ``saved`` states (each with its URL table), positions written against
+        ``table``; None (as for most stages) to start afresh. A stage whose held samples were
+        partly passed on (a packer's split documents) says here which part."""
+        return None
+
+    def check_state(self, state: Any) -> None:
+        """Refuse (with :class:`~wdsx.state.validate.InvalidState`, its path relative to this
+        stage's state) a parsed ``state`` of :attr:`state_type` that this stage, as built, could
+        not have written: called by ``load_state_dict`` before any worker starts, so that a bad
+        checkpoint never fails at iteration time. Most stages' states are checked whole by their
+        type's parser."""
+
     def held_positions(self, saved: JsonDict | None, table: PositionTable) -> list[Position]:
         """Positions of the samples a saved state of this stage holds, not yet passed on."""
         if saved is None or self.state_type is None:

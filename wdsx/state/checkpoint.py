@@ -12,6 +12,10 @@ everywhere. Version-2 checkpoints still load: the pipeline upgrades them (it kno
 stage each index was). Version 3 later gained an optional ``digest`` (a hash of the rest of
 the checkpoint, :mod:`wdsx.state.validate`) that ``state_dict()`` adds and loading checks;
 states without one still load, with every field checked but no corruption check.
+Three more optional fields came later, each absent from a checkpoint that does not need it
+(so older checkpoints load unchanged): ``data``, the identity of the shards the checkpoint
+was taken on (:mod:`wdsx.state.fingerprint`); ``skip``, outputs still to drop when the
+pipeline resumes; and ``skip_keys``, the sample keys the pipeline never delivers.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from wdsx.core.errors import StateError
+from wdsx.state import fingerprint as data_fingerprint
 from wdsx.state import validate
 from wdsx.state.position import Position, PositionTable
 from wdsx.state.validate import check_digest, invalid, mapping, within
@@ -72,6 +77,12 @@ class PipelineState:
     """This reader's share of the epoch is exhausted (set by WebLoader workers)."""
     yielded: int = 0
     """Items the pipeline has yielded in this epoch (what ``len()`` of a resumed one subtracts)."""
+    data: JsonDict | None = None
+    """The shards' identities when the state was taken (:mod:`wdsx.state.fingerprint`)."""
+    skip: int = 0
+    """Outputs still to read and drop when the pipeline resumes (``pipeline.skip(n)``)."""
+    skip_keys: list[str] = field(default_factory=list)
+    """Keys of samples the pipeline never delivers (``pipeline.skip_keys(keys)``), sorted."""
 
     def table(self) -> PositionTable:
         """The URL table stage states wrote their positions against."""
@@ -93,6 +104,12 @@ class PipelineState:
         }
         if self.finished:
             data["finished"] = True
+        if self.data is not None:
+            data["data"] = self.data
+        if self.skip:
+            data["skip"] = self.skip
+        if self.skip_keys:
+            data["skip_keys"] = list(self.skip_keys)
         return data
 
     @classmethod
@@ -123,6 +140,9 @@ class PipelineState:
         if len(set(urls)) != len(urls):
             raise invalid("urls", "a table that lists each URL once", urls)
         passes = data.get("passes")
+        shards = validate.field(data, "data", None)
+        if shards is not None:
+            data_fingerprint.parse(shards)
         return cls(
             fingerprint=descriptions,
             seed=validate.integer(data, "seed", low=None, high=None),
@@ -135,6 +155,9 @@ class PipelineState:
             passes=0 if passes is None else validate.integer(data, "passes", high=None),
             finished=validate.boolean(data, "finished", default=False),
             yielded=validate.integer(data, "yielded", default=0),
+            data=shards,
+            skip=validate.integer(data, "skip", default=0),
+            skip_keys=sorted(_strings(data, "skip_keys", "a sample key (a string)", [])),
         )
 
 
