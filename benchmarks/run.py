@@ -136,6 +136,14 @@ def formats_section() -> list[Row]:
     return formats_table()
 
 
+def pack_section() -> list[Row]:
+    """Sequence packing: tokens/s of each strategy beside a NumPy reference packing the same
+    documents (in the webdataset column)."""
+    from benchmarks.bench_pack import pack_table
+
+    return pack_table()
+
+
 def loader_section(repeats: int) -> list[Row]:
     """WebLoader pipelines: wdsx, webdataset and the bound (the decoder alone) in one run."""
     from benchmarks.bench_gil import gil_rows
@@ -152,6 +160,7 @@ SECTIONS = {
     "s3": s3_section,
     "convert": convert_section,
     "formats": formats_section,
+    "pack": pack_section,
 }
 
 

@@ -6,6 +6,9 @@ when a buffer after the random map is restored by re-reading its samples."""
 
 from __future__ import annotations
 
+import json
+from collections import Counter
+
 import pytest
 
 import wdsx
@@ -91,3 +94,21 @@ def test_a_loader_with_a_random_map_resumes_exactly(shards):
         lambda: wdsx.WebLoader(pipeline(shards, after=5).batched(3), batch_size=None, num_workers=2), cuts=3
     )
     assert report.identical, str(report)
+
+
+@pytest.mark.slow  # worker processes
+def test_a_re_deal_to_more_workers_keeps_every_draw(shards):
+    """Cut a 2-worker loader with samples held in shuffle buffers and re-deal its state to 3
+    workers: every sample comes exactly once, with the draw the uninterrupted run in one
+    process gave it (the oracle)."""
+    reference = draws_by_key(pipeline(shards))
+    first = wdsx.WebLoader(pipeline(shards), batch_size=None, num_workers=2)
+    iterator = iter(first)
+    before = [next(iterator) for _ in range(20)]
+    state = json.loads(json.dumps(first.state_dict()))
+    first.close()
+    resumed = wdsx.WebLoader(pipeline(shards), batch_size=None, num_workers=3)
+    resumed.load_state_dict(state)
+    after = list(resumed)
+    assert Counter(key for key, _ in before + after) == Counter(shards.keys)
+    assert draws_by_key(before + after) == reference
