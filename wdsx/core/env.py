@@ -7,6 +7,10 @@ or for DataLoader workers, takes effect.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import TypeVar
+
+Number = TypeVar("Number", int, float)
 
 ALLOW_PICKLE = "WDSX_ALLOW_PICKLE"
 """The one switch that lets decoders run pickle: ``.pyd``/``.pickle``/``.pkl`` fields are
@@ -35,3 +39,15 @@ def pickle_allowed() -> bool:
 def seed_from_environment() -> int:
     """``WDS_SEED``, else 0: the same seed on every rank and every restart."""
     return int(os.environ.get("WDS_SEED", "0"))
+
+
+def number_from_environment(name: str, kind: Callable[[str], Number], what: str) -> Number | None:
+    """The variable ``name`` read as ``kind`` (``int``, ``float``); None when it is unset or
+    empty; a ``ValueError`` naming the variable and ``what`` it must be when it does not parse."""
+    value = os.environ.get(name)
+    if not value:
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        raise ValueError(f"{name} must be {what}, not {value!r}") from None

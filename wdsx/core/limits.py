@@ -35,6 +35,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from wdsx.core.env import number_from_environment
+
 MAX_MEMBER = "WDSX_MAX_MEMBER_BYTES"
 MAX_INFLATE_RATIO = "WDSX_MAX_INFLATE_RATIO"
 INFLATE_GRACE = "WDSX_INFLATE_GRACE_BYTES"
@@ -56,15 +58,9 @@ def _positive(name: str) -> int:
 
 def _set(name: str) -> int | None:
     """The positive integer the variable ``name`` holds; None when it is unset or empty."""
-    value = os.environ.get(name)
-    if not value:
-        return None
-    try:
-        number = int(value)
-    except ValueError:
-        raise ValueError(f"{name} must be a whole number, not {value!r}") from None
-    if number <= 0:
-        raise ValueError(f"{name} must be positive, not {value!r}")
+    number = number_from_environment(name, int, "a whole number")
+    if number is not None and number <= 0:
+        raise ValueError(f"{name} must be positive, not {os.environ.get(name)!r}")
     return number
 
 

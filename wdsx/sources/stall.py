@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 
+from wdsx.core.env import number_from_environment
 from wdsx.sources.base import SourceOptions
 
 STALL_TIMEOUT = "WDSX_STALL_TIMEOUT"
@@ -31,14 +32,10 @@ def stall_window(options: SourceOptions) -> float:
         seconds: float = options.stall_timeout
         said = f"SourceOptions.stall_timeout={seconds!r}"
     else:
-        value = os.environ.get(STALL_TIMEOUT)
-        if not value:
+        found = number_from_environment(STALL_TIMEOUT, float, "a number of seconds")
+        if found is None:
             return DEFAULT_STALL_SECONDS
-        try:
-            seconds = float(value)
-        except ValueError:
-            raise ValueError(f"{STALL_TIMEOUT} must be a number of seconds, not {value!r}") from None
-        said = f"{STALL_TIMEOUT}={value!r}"
+        seconds, said = found, f"{STALL_TIMEOUT}={os.environ.get(STALL_TIMEOUT)!r}"
     if not seconds > 0:
         raise ValueError(f"the stall window must be a positive number of seconds ({said})")
     return seconds

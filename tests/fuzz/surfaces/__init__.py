@@ -20,6 +20,8 @@ and then, for input ``index``: ``make`` builds the input (a pure function of see
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tests.fuzz.outcomes import Reading
@@ -29,17 +31,16 @@ NEW = ("jsonl", "npy", "members", "http", "states")
 """The surfaces added after the first campaigns, which covered tar shards only."""
 
 
-class Item(Protocol):
-    """One fuzz input: its bytes, what it started from, and the mutations applied."""
+@dataclass(frozen=True)
+class FuzzInput:
+    """What every fuzz input has (a surface's own inputs add their fields)."""
 
-    @property
-    def data(self) -> bytes: ...
-
-    @property
-    def what(self) -> str: ...
-
-    @property
-    def mutations(self) -> tuple[str, ...]: ...
+    index: int
+    what: str
+    """What the input started from (a base shard, an array, a checkpoint...)."""
+    mutations: tuple[str, ...]
+    data: bytes
+    """The input's bytes (what ``--save`` writes)."""
 
 
 class Surface(Protocol):
@@ -50,6 +51,16 @@ class Surface(Protocol):
     def read(self, item: Any, scratch: str) -> dict[str, Reading]: ...
 
     def classify(self, item: Any, readings: dict[str, Reading]) -> tuple[str, str]: ...
+
+
+@dataclass(frozen=True)
+class Functions:
+    """A surface that needs nothing built per worker: its three functions."""
+
+    name: str
+    make: Callable[[int, int], Any]
+    read: Callable[[Any, str], dict[str, Reading]]
+    classify: Callable[[Any, dict[str, Reading]], tuple[str, str]]
 
 
 def build(name: str, seed: int, scratch: str) -> Surface:

@@ -27,6 +27,7 @@ from typing import Any
 import wdsx
 from tests.fuzz import corpus, mutate, oracle
 from tests.fuzz.outcomes import Reading, attempt, describe, first_failure
+from tests.fuzz.surfaces import FuzzInput
 from tests.fuzz.surfaces.tar import plain
 from wdsx.core.errors import NoSamplesError, WdsxError
 from wdsx.sources import SourceOptions
@@ -38,14 +39,10 @@ _SUFFIX = {None: ".tar", "gzip": ".tar.gz", "bzip2": ".tar.bz2", "xz": ".tar.xz"
 
 
 @dataclass(frozen=True)
-class Input:
-    """One HTTP input: the shard's bytes and how the server answers each request for them."""
+class Input(FuzzInput):
+    """One HTTP input: the shard's bytes (``data``, the body of a correct reply) and how the
+    server answers each request for them."""
 
-    index: int
-    what: str
-    mutations: tuple[str, ...]
-    data: bytes
-    """The shard's bytes (the body of a correct reply)."""
     suffix: str
     status: bytes = b"200 OK"
     headers: tuple[bytes, ...] = ()

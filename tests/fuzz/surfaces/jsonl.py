@@ -28,6 +28,7 @@ from tests.fuzz import mutate
 from tests.fuzz.memory import url_of
 from tests.fuzz.oracle import decompress_streams
 from tests.fuzz.outcomes import Reading, attempt, describe, first_failure
+from tests.fuzz.surfaces import Functions, FuzzInput
 from wdsx.core.limits import max_line_bytes
 
 COMPRESSORS = {
@@ -91,13 +92,9 @@ def _line(rng: random.Random) -> bytes:
 
 
 @dataclass(frozen=True)
-class Input:
+class Input(FuzzInput):
     """One JSONL fuzz input: a shard's stored bytes, and how they are compressed."""
 
-    index: int
-    what: str
-    mutations: tuple[str, ...]
-    data: bytes
     compression: str | None
     step: int | None
     original: tuple[Any, ...]
@@ -318,18 +315,5 @@ def classify(item: Input, readings: dict[str, Reading]) -> tuple[str, str]:
     )
 
 
-class JsonlSurface:
-    name = "jsonl"
-
-    def make(self, seed: int, index: int) -> Input:
-        return make_input(seed, index)
-
-    def read(self, item: Input, scratch: str) -> dict[str, Reading]:
-        return read_all_ways(item, scratch)
-
-    def classify(self, item: Input, readings: dict[str, Reading]) -> tuple[str, str]:
-        return classify(item, readings)
-
-
-def build(seed: int, scratch: str) -> JsonlSurface:
-    return JsonlSurface()
+def build(seed: int, scratch: str) -> Functions:
+    return Functions("jsonl", make_input, read_all_ways, classify)

@@ -31,6 +31,7 @@ import wdsx
 from tests.fuzz import mutate
 from tests.fuzz.oracle import decompress_streams
 from tests.fuzz.outcomes import Reading, attempt, describe, first_failure
+from tests.fuzz.surfaces import FuzzInput
 from wdsx.core.errors import WdsxError
 from wdsx.core.limits import Inflation
 
@@ -74,13 +75,9 @@ def _tar(members: list[tuple[str, bytes]]) -> bytes:
 
 
 @dataclass(frozen=True)
-class Input:
+class Input(FuzzInput):
     """One input: a shard's stored bytes and its file name."""
 
-    index: int
-    what: str
-    mutations: tuple[str, ...]
-    data: bytes
     suffix: str
     members: tuple[tuple[str, bytes], ...]
     """The tar's members, as written (for the oracle)."""

@@ -25,6 +25,7 @@ import wdsx
 from tests.fuzz import mutate
 from tests.fuzz.memory import url_of
 from tests.fuzz.outcomes import Reading, attempt, describe, first_failure
+from tests.fuzz.surfaces import Functions, FuzzInput
 
 DTYPES = ("<f4", ">f8", "<i2", "u1", "?", "<c8", "<u8", "S3", "<U2", "[('a', '<i4'), ('b', 'u1', (2,))]")
 ROW_SHAPES = ((), (3,), (2, 2), (0,), (1, 5))
@@ -113,13 +114,9 @@ MUTATIONS = {
 
 
 @dataclass(frozen=True)
-class Input:
+class Input(FuzzInput):
     """One ``.npy`` fuzz input."""
 
-    index: int
-    what: str
-    mutations: tuple[str, ...]
-    data: bytes
     step: int | None
     original: np.ndarray
 
@@ -224,18 +221,5 @@ def classify(item: Input, readings: dict[str, Reading]) -> tuple[str, str]:
     return ("ok", "") if truth.rows is not None else ("tolerated", truth.reason[:200])
 
 
-class NpySurface:
-    name = "npy"
-
-    def make(self, seed: int, index: int) -> Input:
-        return make_input(seed, index)
-
-    def read(self, item: Input, scratch: str) -> dict[str, Reading]:
-        return read_all_ways(item, scratch)
-
-    def classify(self, item: Input, readings: dict[str, Reading]) -> tuple[str, str]:
-        return classify(item, readings)
-
-
-def build(seed: int, scratch: str) -> NpySurface:
-    return NpySurface()
+def build(seed: int, scratch: str) -> Functions:
+    return Functions("npy", make_input, read_all_ways, classify)
