@@ -308,3 +308,16 @@ def test_version_3_headers_are_read_as_numpy_reads_them(tmp_path):
         np.load(path)
     with pytest.raises(wdsx.ShardError, match="not a readable .npy header"):
         list(wdsx.WebDataset(path, manifest=False))
+
+
+def test_a_subarray_dtype_in_the_header_is_a_shard_error(tmp_path):
+    """A descr such as '4c8' names a subarray type, which np.save never writes and np.load
+    cannot shape (a fuzz finding: a bare ValueError from numpy's reshape)."""
+    path = str(tmp_path / "sub.npy")
+    with open(path, "wb") as stream:
+        stream.write(_with_header(b"{'descr': '4c8', 'fortran_order': False, 'shape': (2,), }")[:-16])
+        stream.write(bytes(64))
+    with pytest.raises(ValueError):
+        np.load(path)
+    with pytest.raises(wdsx.ShardError, match="sub.npy: .*subarray type"):
+        list(wdsx.WebDataset(path, manifest=False))

@@ -105,6 +105,10 @@ def parse_header(url: str, read: Callable[[int], bytes]) -> NpyHeader:
         raise ShardError(url, 0, "the .npy array is 0-dimensional: it has no rows")
     if dtype.hasobject:
         raise ShardError(url, 0, "the .npy array holds Python objects (pickles), which wdsx does not load")
+    if dtype.subdtype is not None:
+        raise ShardError(
+            url, 0, f"the .npy header's dtype {dtype} is a subarray type, which np.save never writes"
+        )
     if fortran and len(shape) > 1:
         raise ShardError(
             url, 0, "the .npy array is in Fortran order, so its rows are not contiguous: save it in C order"
