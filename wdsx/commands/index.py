@@ -1,6 +1,7 @@
 """``wdsx index``: a manifest for shards written by other tools, through
 :func:`wdsx.read.manifest.build_manifest`, and beside each uncompressed tar or JSONL shard its
-offset index for random access (:mod:`wdsx.read.index`)."""
+offset index for random access (:mod:`wdsx.read.index`), with ``--sizes`` also each sample's
+measures for bucketing (:mod:`wdsx.read.sizes`)."""
 
 from __future__ import annotations
 
@@ -31,11 +32,29 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="manifest URL (default: derived from the first shard's name; required for pipe:)",
     )
     parser.add_argument("--no-offsets", action="store_true", help="write the manifest only")
+    parser.add_argument(
+        "--sizes",
+        action="store_true",
+        help="also record in each offset index every sample's image widths and heights (read from "
+        "the image headers, never decoded), for WebDataset(..., index_sizes=True)",
+    )
+    parser.add_argument(
+        "--tokens-field",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="with --sizes, also record the length of the list NAME in each JSON value (a JSONL "
+        "line, a .json member) as json.NAME; may be repeated",
+    )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """``wdsx index``: build the manifest and write it."""
+    if args.tokens_field and not args.sizes:
+        raise ValueError("--tokens-field is measured with --sizes: pass both")
+    if args.sizes and args.no_offsets:
+        raise ValueError("--sizes are recorded in the offset indexes: drop --no-offsets")
     urls = shard_urls(args.shards)
     output = args.output or manifest_url_beside(urls[0])
     if output is None:
@@ -47,9 +66,9 @@ def run(args: argparse.Namespace) -> int:
         written = []
         for url in filter(has_offsets, urls):
             try:
-                scan_index(url).write(url)
+                scan_index(url, sizes=args.sizes, list_fields=args.tokens_field).write(url)
                 written.append(url)
-            except ValueError as exn:  # compressed without saying so in its name
+            except ValueError as exn:  # compressed without saying so, or a member not measurable
                 print(f"no offset index: {exn}")
         if written:
             print(f"offset indexes: {len(written)} written beside the shards, {index_url(written[0])}...")

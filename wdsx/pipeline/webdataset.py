@@ -102,6 +102,9 @@ class WebDataset(DataPipeline):
             readers (see :func:`wdsx.read.deal.consumer_lengths`); default ``"pad"`` for multi-rank
             jobs, ``"exact"`` otherwise.
         options: how shards are fetched (timeouts, retries, S3 client settings, cache).
+        index_sizes: give every sample ``"__sizes__"``, its image widths and heights and list
+            lengths as ``wdsx index --sizes`` recorded them in the shard's offset index (for a
+            bucketing key that needs no decoding; see :mod:`wdsx.read.sizes`).
     """
 
     def __init__(
@@ -128,6 +131,7 @@ class WebDataset(DataPipeline):
         counts: Sequence[int] | str | None = None,
         remainder: str | None = None,
         options: SourceOptions | None = None,
+        index_sizes: bool = False,
     ):
         super().__init__(seed=seed)
         if isinstance(urls, dict) or (isinstance(urls, str) and urls.endswith((".yaml", ".yml"))):
@@ -156,6 +160,7 @@ class WebDataset(DataPipeline):
             True,
             sha256={url: entry.sha256 for url, entry in entries.items() if entry and entry.sha256},
             sizes={url: entry.bytes for url, entry in entries.items() if entry},
+            index_sizes=index_sizes,
         )
         # Counts from a manifest hold for the shards beside it, grouped without renaming or
         # selecting members; otherwise they are counted (or left unknown).

@@ -15,6 +15,18 @@ narrowest integer type and compressed, an index takes about one to two bytes per
 
 Only uncompressed tar and JSONL shards can be indexed: a compressed stream cannot be entered
 at an offset. ``.npy`` shards need no index: their header says where every row is.
+
+``wdsx index --sizes`` also records each sample's measures (image widths and heights, list
+lengths: :mod:`wdsx.read.sizes`) under an optional key, one packed column per measure, the
+value ``-1`` where a sample lacks it::
+
+    "sizes": {"jpg.height": {"dtype": "<u2", "values": "<base64 of the zlib-compressed numbers>"},
+              "jpg.width": {...}}
+
+The key is optional, so the version stays 1: an index without it loads as before (with no
+sizes), and a wdsx that predates sizes reads the offsets of an index that has them.
+A reader asked for sizes finds a sample's row by the byte offset it starts at
+(:func:`with_index_sizes`).
 """
 
 from __future__ import annotations
@@ -22,7 +34,7 @@ from __future__ import annotations
 import base64
 import json
 import zlib
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,8 +47,9 @@ from wdsx.core.redact import redact
 from wdsx.read import formats
 from wdsx.read.jsonl import line_offsets
 from wdsx.read.manifest import read_if_present, shard_name
-from wdsx.read.samples import sample_starts
-from wdsx.read.shard import bytes_left
+from wdsx.read.samples import POSITION, Cursor, sample_starts
+from wdsx.read.shard import ReadSettings, bytes_left, read_piece
+from wdsx.read.sizes import SIZES, columns, measure_sample, row
 from wdsx.read.tar import scan_headers
 from wdsx.sources import DEFAULT_OPTIONS, SourceOptions, open_sink, open_source, scheme_of
 from wdsx.sources.urls import without_query
@@ -69,12 +82,16 @@ def check_indexable(url: str, compressed: bool = False) -> None:
 
 @dataclass(frozen=True)
 class ShardIndex:
-    """Where each sample of one shard starts, and where the last one ends."""
+    """Where each sample of one shard starts, and where the last one ends; with ``--sizes``,
+    each sample's measures too."""
 
     name: str
     """The shard's basename."""
     offsets: np.ndarray
     """``samples + 1`` byte offsets: sample ``i`` spans ``[offsets[i], offsets[i + 1])``."""
+    sizes: dict[str, np.ndarray] | None = None
+    """One column of ``samples`` numbers per measure (``-1``: absent); None when the index was
+    written without ``--sizes``."""
 
     @property
     def samples(self) -> int:
@@ -85,22 +102,35 @@ class ShardIndex:
         """The byte range ``[start, end)`` of sample ``ordinal``."""
         return int(self.offsets[ordinal]), int(self.offsets[ordinal + 1])
 
+    def sizes_at(self, offset: int) -> dict[str, int]:
+        """The measures of the sample that holds byte ``offset`` (where a reader says it starts:
+        its first member that was not skipped). A ValueError when the index has no sizes or no
+        sample holds that byte."""
+        if self.sizes is None:
+            raise ValueError("its offset index has no sizes: write them with `wdsx index --sizes`")
+        ordinal = int(np.searchsorted(self.offsets, offset, side="right")) - 1
+        if not 0 <= ordinal < self.samples:
+            raise ValueError(f"no sample of its offset index holds byte {offset} (was the shard rewritten?)")
+        return row(self.sizes, ordinal)
+
     def to_json(self) -> str:
         """The index as one line of JSON (see the module's docstring)."""
-        deltas = np.diff(self.offsets, prepend=0)
-        kind = np.min_scalar_type(int(deltas.max()) if len(deltas) else 0).newbyteorder("<")
-        packed = base64.b64encode(zlib.compress(deltas.astype(kind).tobytes(), 9)).decode("ascii")
+        kind, packed = _pack(np.diff(self.offsets, prepend=0))
         record: dict[str, Any] = {"format": FORMAT, "version": VERSION, "shard": self.name}
-        record |= {"samples": self.samples, "dtype": kind.str, "offsets": packed}
+        record |= {"samples": self.samples, "dtype": kind, "offsets": packed}
+        if self.sizes is not None:
+            record["sizes"] = {
+                name: dict(zip(("dtype", "values"), _pack(column))) for name, column in self.sizes.items()
+            }
         return json.dumps(record) + "\n"
 
     @classmethod
     def from_json(cls, text: str | bytes, url: str = "", limit: int = DEFAULT_LIMIT) -> ShardIndex:
         """Parse an index; ValueError naming ``url`` when it is not one or is damaged.
 
-        The offsets are inflated only as far as the samples it claims need, and held as 8-byte
-        numbers: an index claiming more than ``limit // 8`` of them is refused (a small
-        compressed string could otherwise claim, and inflate to, any size)."""
+        The numbers are inflated only as far as the samples it claims need, and held as 8-byte
+        numbers: an index claiming more than ``limit // 8`` of them (offsets and sizes together)
+        is refused (a small compressed string could otherwise claim, and inflate to, any size)."""
         try:
             data = parse_json(text)
             if not isinstance(data, dict) or data.get("format") != FORMAT:
@@ -108,9 +138,10 @@ class ShardIndex:
             if data.get("version") != VERSION:
                 raise ValueError(f"unsupported offset index version {data.get('version')!r}")
             offsets = _offsets(data, limit)
+            sizes = _sizes(data, limit - 8 * len(offsets))
         except (ValueError, KeyError, TypeError, zlib.error) as exn:
             raise ValueError(f"{url}: {exn}") from exn
-        return cls(str(data["shard"]), offsets)
+        return cls(str(data["shard"]), offsets, sizes)
 
     def write(self, url: str, options: SourceOptions | None = None) -> None:
         """Write this index beside the shard at ``url``."""
@@ -118,12 +149,31 @@ class ShardIndex:
             sink.write(self.to_json().encode("utf-8"))
 
 
+def _pack(values: np.ndarray) -> tuple[str, str]:
+    """Integers as their narrowest little-endian type and the base64 of their zlib-compressed
+    bytes."""
+    low, high = (int(values.min()), int(values.max())) if len(values) else (0, 0)
+    kind = np.result_type(np.min_scalar_type(low), np.min_scalar_type(high)).newbyteorder("<")
+    return kind.str, base64.b64encode(zlib.compress(values.astype(kind).tobytes(), 9)).decode("ascii")
+
+
+def _unpack(kind_name: str, packed: str, count: int, what: str, samples: int) -> np.ndarray:
+    """The ``count`` integers (for ``samples`` samples) that :func:`_pack` packed, inflating
+    no more than they need."""
+    kind = np.dtype(kind_name)
+    if kind.kind not in "iu":
+        raise ValueError(f"{what} of type {kind.str!r}, not integers")
+    size = count * kind.itemsize
+    inflater = zlib.decompressobj()
+    raw = inflater.decompress(base64.b64decode(packed, validate=True), size + 1)
+    if len(raw) != size or inflater.unconsumed_tail or not inflater.eof:
+        raise ValueError(f"its {what} are not the {count} numbers of {samples} samples")
+    return np.frombuffer(raw, kind)
+
+
 def _offsets(data: dict[str, Any], limit: int) -> np.ndarray:
     """The ``samples + 1`` offsets of a parsed index, from their packed differences."""
     count = int(data["samples"]) + 1
-    kind = np.dtype(data["dtype"])
-    if kind.kind not in "iu":
-        raise ValueError(f"offsets of type {kind.str!r}, not integers")
     if not 0 < count <= limit // 8:
         raise ValueError(
             f"it claims {count - 1} samples, more than {limit // 8 - 1} (a limit of {limit} bytes of "
@@ -131,12 +181,25 @@ def _offsets(data: dict[str, Any], limit: int) -> np.ndarray:
             if count > 0
             else f"it claims {count - 1} samples"
         )
-    size = count * kind.itemsize
-    inflater = zlib.decompressobj()
-    raw = inflater.decompress(base64.b64decode(data["offsets"], validate=True), size + 1)
-    if len(raw) != size or inflater.unconsumed_tail or not inflater.eof:
-        raise ValueError(f"its offsets are not the {count} numbers of {data['samples']} samples")
-    return np.cumsum(np.frombuffer(raw, kind), dtype=np.int64)
+    deltas = _unpack(data["dtype"], data["offsets"], count, "offsets", count - 1)
+    return np.cumsum(deltas, dtype=np.int64)
+
+
+def _sizes(data: dict[str, Any], limit: int) -> dict[str, np.ndarray] | None:
+    """The measure columns of a parsed index (None when it has none), within ``limit`` bytes
+    held as 8-byte numbers."""
+    if "sizes" not in data:
+        return None
+    found, count = data["sizes"], int(data["samples"])
+    if not isinstance(found, dict):
+        raise ValueError('its "sizes" are not an object of columns')
+    if len(found) * count > limit // 8:
+        raise ValueError(f"its {len(found)} size columns of {count} samples exceed {limit} bytes")
+    sizes = {}
+    for name, column in found.items():
+        values = _unpack(column["dtype"], column["values"], count, f"sizes {name!r}", count)
+        sizes[str(name)] = values.astype(np.int64)
+    return sizes
 
 
 def load_index(url: str, options: SourceOptions | None = None) -> ShardIndex | None:
@@ -154,10 +217,13 @@ def _ending(
     end.append((yield from headers))
 
 
-def scan_index(url: str, options: SourceOptions | None = None) -> ShardIndex:
+def scan_index(
+    url: str, options: SourceOptions | None = None, *, sizes: bool = False, list_fields: Sequence[str] = ()
+) -> ShardIndex:
     """Build the index of the shard at ``url`` by reading it: a local tar shard header by
     header (seeking over payloads), a JSONL shard line by line; remote shards are streamed.
-    A shard that turns out to be compressed is refused (a ValueError)."""
+    A shard that turns out to be compressed is refused (a ValueError). With ``sizes``, the
+    shard is read a second time, whole, to measure every sample (:func:`scan_sizes`)."""
     check_indexable(url)
     with open_source(url, 0, options) as source:
         stream, compressed = uncompressed(source.read, source.readinto)
@@ -170,7 +236,51 @@ def scan_index(url: str, options: SourceOptions | None = None) -> ShardIndex:
             headers = scan_headers(stream.read, skip, url, available=bytes_left(source, 0))
             starts = [offset for _, offset in sample_starts(_ending(headers, end))]
             offsets = np.array([*starts, end[0]], dtype=np.int64)
-    return ShardIndex(shard_name(url), offsets)
+    measured = scan_sizes(url, len(offsets) - 1, options, list_fields) if sizes else None
+    return ShardIndex(shard_name(url), offsets, measured)
+
+
+def scan_sizes(
+    url: str, samples: int, options: SourceOptions | None = None, list_fields: Sequence[str] = ()
+) -> dict[str, np.ndarray]:
+    """The measure columns of the ``samples`` samples of the shard at ``url``, read in order
+    as a pipeline reads them. A ValueError names the shard and the sample that cannot be
+    measured."""
+    settings = ReadSettings(options or DEFAULT_OPTIONS)
+    measured = []
+    for sample in read_piece(url, Cursor(0, 0), None, settings):
+        try:
+            measured.append(measure_sample(sample, list_fields))
+        except ValueError as exn:
+            raise ValueError(f"{url}: {exn}") from exn
+    if len(measured) != samples:
+        raise ValueError(f"{url}: {len(measured)} samples read, but its headers show {samples}")
+    return columns(measured)
+
+
+def with_index_sizes(
+    url: str, samples: formats.Samples, options: SourceOptions | None = None
+) -> Generator[dict[str, Any], None, None]:
+    """``samples`` of the shard at ``url``, each given its measures from the shard's index as
+    :data:`~wdsx.read.sizes.SIZES` (the index is loaded at the first sample). A sample's
+    measures depend only on where it starts in the shard, so a sample read again when a
+    checkpoint is resumed gets the same ones."""
+    try:
+        if formats.format_of(url) == "npy":
+            raise ShardError(url, None, "sizes come from an offset index, and .npy shards have none")
+        index = load_index(url, options)
+        if index is None:
+            raise ShardError(
+                url, None, f"no offset index {index_url(url)}: write one with `wdsx index --sizes`"
+            )
+        for sample in samples:
+            try:
+                sample[SIZES] = index.sizes_at(sample[POSITION].offset)
+            except ValueError as exn:
+                raise ShardError(url, sample[POSITION].offset, str(exn)) from None
+            yield sample
+    finally:
+        samples.close()
 
 
 def shard_index(url: str, options: SourceOptions | None = None) -> ShardIndex:

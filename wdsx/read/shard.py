@@ -48,6 +48,9 @@ class ReadSettings:
     sizes: dict[str, int] | None = None
     """Recorded size in bytes per URL (from a manifest): a remote stream that goes on past it is
     an error, so a reply without an end (no ``Content-Length``) cannot be read forever."""
+    index_sizes: bool = False
+    """Give every sample its measures from its shard's offset index (``sample["__sizes__"]``,
+    written by ``wdsx index --sizes``; see :mod:`wdsx.read.sizes`)."""
 
     def expected_hash(self, url: str) -> str | None:
         return self.sha256.get(url) if self.sha256 else None
@@ -148,13 +151,21 @@ def read_piece(
     """Samples of one shard from ``cursor`` (offset and ordinal) up to ordinal ``stop``, in
     the shard's format (:mod:`wdsx.read.formats`): tar here, JSONL and ``.npy`` in their
     modules, with the same cursor contract. ``row_seed`` orders the rows of ``.npy`` shards
-    (None: file order; other formats are always read in file order)."""
+    (None: file order; other formats are always read in file order). With
+    ``settings.index_sizes``, each sample also gets its measures from the shard's index."""
     kind = formats.format_of(url)
+    samples: formats.Samples
     if kind == "jsonl":
-        return jsonl.read_piece(url, cursor, stop, settings, extra, prefetcher, count)
-    if kind == "npy":
-        return npy.read_piece(url, cursor, stop, settings, extra, prefetcher, count, row_seed)
-    return _read_tar(url, cursor, stop, settings, extra, prefetcher, count)
+        samples = jsonl.read_piece(url, cursor, stop, settings, extra, prefetcher, count)
+    elif kind == "npy":
+        samples = npy.read_piece(url, cursor, stop, settings, extra, prefetcher, count, row_seed)
+    else:
+        samples = _read_tar(url, cursor, stop, settings, extra, prefetcher, count)
+    if not settings.index_sizes:
+        return samples
+    from wdsx.read.index import with_index_sizes  # imported here: the index module imports this one
+
+    return with_index_sizes(url, samples, settings.options)
 
 
 def _read_tar(
