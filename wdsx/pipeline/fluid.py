@@ -45,6 +45,8 @@ class FluidInterface:
         collation_fn: Callable | None = collate.default_collation_fn,
         partial: bool = True,
     ) -> Any:
+        """Groups of ``batchsize`` items, collated (``collation_fn=None``: plain lists);
+        ``partial=False`` drops a short last batch."""
         return self.compose(batch.batched(batchsize, collation_fn, partial))
 
     def bucket(
@@ -71,15 +73,19 @@ class FluidInterface:
         return self.compose(packing.pack(field, length, **kw))
 
     def unbatched(self) -> Any:
+        """Split batches back into their items."""
         return self.compose(batch.unbatched())
 
     def listed(self, batchsize: int, partial: bool = True) -> Any:
+        """Groups of ``batchsize`` items as plain lists (no collation)."""
         return self.compose(batch.listed(batchsize, partial))
 
     def unlisted(self) -> Any:
+        """Split lists back into their items."""
         return self.compose(batch.unlisted())
 
     def log_keys(self, logfile: str | None = None) -> Any:
+        """Log each sample's ``__key__`` (to ``logfile``, else the ``wdsx`` logger)."""
         return self.compose(stages.log_keys(logfile))
 
     def shuffle(self, size: int, **kw: Any) -> Any:
@@ -105,6 +111,8 @@ class FluidInterface:
         partial: bool = False,
         handler: Handler = reraise_exception,
     ) -> Any:
+        """Decode fields by extension: ``"rgb8"``, ``"pil"``, ``"torchrgb"``... for images, and
+        text, JSON, ints, arrays by default (see the Decoding guide); ``only``: these fields."""
         return self.compose(
             stages.decode(*args, pre=pre, post=post, only=only, partial=partial, handler=handler)
         )
@@ -115,12 +123,15 @@ class FluidInterface:
         return self.compose(resized.decode_resized(size, **kw))
 
     def map_dict(self, handler: Handler = reraise_exception, **kw: Callable) -> Any:
+        """Apply ``kw[field]`` to each named field of the sample."""
         return self.compose(stages.map_dict(handler=handler, **kw))
 
     def select(self, predicate: Callable) -> Any:
+        """Keep the items for which ``predicate(item)`` is true."""
         return self.compose(stages.select(predicate))
 
     def to_tuple(self, *args: str, **kw: Any) -> Any:
+        """Tuples of the named fields (``"jpg;png"``: the first present of several)."""
         return self.compose(stages.to_tuple(*args, **kw))
 
     def map_tuple(
@@ -131,21 +142,27 @@ class FluidInterface:
         return self._mapping(stages.map_tuple(*args, handler=handler), rng)
 
     def slice(self, *args: int | None) -> Any:
+        """Items as ``itertools.islice(items, *args)`` gives them."""
         return self.compose(stages.slice(*args))
 
     def rename(self, **kw: Any) -> Any:
+        """Rename fields: ``rename(image="jpg;png")`` (the first present of several names)."""
         return self.compose(stages.rename(**kw))
 
     def rsample(self, p: float = 0.5) -> Any:
+        """Keep each item with probability ``p`` (a resumable, seeded draw)."""
         return self.compose(stages.rsample(p))
 
     def rename_keys(self, *args: Any, **kw: Any) -> Any:
+        """Rename fields by patterns: ``(new, old-pattern)`` pairs or ``new="pattern"``."""
         return self.compose(stages.rename_keys(*args, **kw))
 
     def extract_keys(self, *args: str, **kw: Any) -> Any:
+        """Tuples of the fields whose names match the given patterns."""
         return self.compose(stages.extract_keys(*args, **kw))
 
     def xdecode(self, *args: Any, **kw: Any) -> Any:
+        """Decode the fields whose names match patterns with the functions given for them."""
         return self.compose(stages.xdecode(*args, **kw))
 
     def mcached(self) -> Any:
