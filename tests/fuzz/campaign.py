@@ -16,6 +16,7 @@ read with wdsx's memory limits lowered (:data:`LIMITS`), so that inputs of a few
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import multiprocessing
 import os
@@ -33,6 +34,8 @@ from tests.fuzz import surfaces as surface_kinds
 from tests.fuzz.outcomes import FAILURES, OUTCOMES, Hang
 
 CHUNK = 250
+_M_ARENA_MAX = -8
+"""glibc's ``mallopt`` parameter for the most malloc arenas."""
 EXAMPLES = 20
 LIMITS = {
     "WDSX_MAX_LINE_BYTES": str(4 << 10),
@@ -158,6 +161,18 @@ def prepare(names: tuple[str, ...], seed: int, scratch: str) -> list[Any]:
     return [surface_kinds.build(name, seed, scratch) for name in names]
 
 
+def _one_malloc_arena() -> None:
+    """Make glibc's malloc serve every thread from one arena. Otherwise each thread that
+    allocates may get an arena of its own, reserving 64 MB of address space: the HTTP
+    surface's server threads then grow the address space the memory cap measures by hundreds
+    of MB while resident memory hardly moves (measured: +367 MB of address space, +18 MB
+    resident, over 4,000 HTTP inputs; +44 MB with one arena)."""
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(_M_ARENA_MAX, 1)
+    except (OSError, AttributeError):
+        pass  # not glibc: its allocator is not the one measured here
+
+
 def _limit_memory(megabytes: int) -> None:
     with open("/proc/self/statm") as statm:
         size = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
@@ -176,6 +191,7 @@ def _worker(
     slot: int,
 ) -> None:
     os.nice(5)
+    _one_malloc_arena()
     signal.signal(signal.SIGALRM, _on_alarm)
     with tempfile.TemporaryDirectory(
         prefix="wdsx-fuzz-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None
