@@ -4,7 +4,9 @@ Every fenced ``python`` block of README.md and docs/**/*.md compiles (a quick te
 (tests marked slow): first each page's ``wdsx ...`` shell lines, then each Python block, in a
 scratch folder that holds the repository's data/ and docs/, as a reader who copies them would
 run them from the repository's root. A block whose first line starts with ``# requires:``
-needs an outside service (an S3 bucket...) and is only compiled.
+needs an outside service (an S3 bucket...) and is only compiled; one whose first line starts
+with ``# continues`` runs after the page's earlier blocks, in their namespace (a page that
+builds one example step by step).
 """
 
 from __future__ import annotations
@@ -42,6 +44,10 @@ class Block:
     @property
     def needs_service(self) -> bool:
         return self.code.startswith("# requires:")
+
+    @property
+    def continues(self) -> bool:
+        return self.code.startswith("# continues")
 
 
 def blocks(language: str) -> list[Block]:
@@ -107,4 +113,7 @@ def scratch(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("block", RUNNABLE, ids=lambda block: block.name)
 def test_python_block_runs(scratch, block):
-    exec(compile(block.code, block.name, "exec"), {"__name__": f"docs_block_{block.number}"})
+    namespace = {"__name__": f"docs_block_{block.number}"}
+    earlier = [other for other in RUNNABLE if other.page == block.page and other.number < block.number]
+    for step in (earlier if block.continues else []) + [block]:
+        exec(compile(step.code, step.name, "exec"), namespace)
