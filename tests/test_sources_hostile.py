@@ -139,6 +139,29 @@ def test_reply_headers_that_trickle_are_cut_off_at_the_read_timeout(hostile_http
     assert len(hostile_http.seen("slow-head.tar")) == 2
 
 
+def chunked(data: bytes, sizes: list[int]) -> bytes:
+    """``data`` in chunked framing, the chunk size lines saying ``sizes`` (the data is cut in
+    512-byte chunks whatever they say)."""
+    pieces = [data[at : at + 512] for at in range(0, len(data), 512)]
+    body = b"".join(b"%x\r\n" % size + piece + b"\r\n" for size, piece in zip(sizes, pieces))
+    return body + b"0\r\n\r\n"
+
+
+@pytest.mark.timeout(30)
+def test_a_damaged_chunk_size_is_an_error_not_other_bytes(hostile_http):
+    """A chunk size one too large: http.client alone reads the chunk's CRLF as data and goes
+    on, delivering other bytes than the shard's (a fuzz finding); the framing is checked."""
+    sizes = [512] * (len(SHARD) // 512)
+    hostile_http.route("chunked.tar", raw_headers({"Transfer-Encoding": "chunked"}, chunked(SHARD, sizes)))
+    assert (
+        read_all(open_source(hostile_http.url("chunked.tar"), 0, PATIENT)) == SHARD
+    )  # the framing read right
+    sizes[3] += 1
+    hostile_http.route("damaged.tar", raw_headers({"Transfer-Encoding": "chunked"}, chunked(SHARD, sizes)))
+    with pytest.raises(SourceError, match=r"damaged\.tar: .*not CRLF: damaged chunked framing"):
+        read_all(open_source(hostile_http.url("damaged.tar"), 0, PATIENT))
+
+
 def test_a_416_to_the_size_request_too_is_a_source_error(hostile_http):
     """A server that answers 416 to the GET and to the HEAD asking for the size: a SourceError
     (a fuzz finding: urllib's HTTPError escaped)."""
