@@ -222,6 +222,7 @@ def loader(urls: list[str], workers: int, main_process: bool = False) -> wdsx.We
     return wdsx.WebLoader(bucketed(urls, max_held=7), batch_size=None, num_workers=workers)
 
 
+@pytest.mark.slow  # kept out of the fast loop (a few seconds)
 @pytest.mark.parametrize("main_process", [False, True])
 def test_check_resume_passes_across_an_epoch_boundary(data, main_process):
     report = wdsx.check_resume(lambda: loader(data.urls, 0, main_process), cuts=5, epochs=2)
@@ -229,6 +230,7 @@ def test_check_resume_passes_across_an_epoch_boundary(data, main_process):
     assert len(report.cuts) >= 5
 
 
+@pytest.mark.slow  # kept out of the fast loop (a few seconds)
 @pytest.mark.parametrize("on_loader", [False, True])
 def test_check_resume_passes_with_an_epoch_length_in_batches(data, on_loader):
     def make():
@@ -240,6 +242,7 @@ def test_check_resume_passes_with_an_epoch_length_in_batches(data, on_loader):
     assert report.identical, str(report)
 
 
+@pytest.mark.slow  # kept out of the fast loop (a few seconds)
 def test_check_resume_passes_when_the_cap_often_picks_among_equally_full_buckets(data):
     """Keyed by the exact length, most buckets hold one item when the cap is reached: which
     one goes first depends on the order of the buckets, which a resume must restore."""

@@ -195,6 +195,7 @@ except wdsx.StateError as error:
 """
 
 
+@pytest.mark.slow  # kept out of the fast loop (a few seconds)
 def test_a_zlib_bomb_in_packed_positions_is_refused_quickly_in_bounded_memory(tmp_path):
     import os
     import subprocess

@@ -70,6 +70,7 @@ def _read_back(directory: Path, library: object = wds) -> list[dict]:
     return list(library.WebDataset(urls, shardshuffle=False))
 
 
+@pytest.mark.slow  # kept out of the fast loop (subprocesses)
 @pytest.mark.parametrize("library", [wds, wdsx], ids=["webdataset", "wdsx"])
 def test_round_trip_of_the_shipped_subset(tmp_path, library):
     assert main(["convert", str(MINI), str(tmp_path / "train"), "--maxcount", "600", "--quiet"]) == 0

@@ -82,6 +82,7 @@ def assert_same(got: Any, expected: Any) -> None:
     st.booleans(),
     st.booleans(),
 )
+@pytest.mark.slow  # kept out of the fast loop (a few seconds)
 def test_batches_equal_webdatasets_collation_of_the_held_items(size, variants, as_dict, partial):
     items = [item(index, variant, as_dict) for index, variant in enumerate(variants)]
     assert Filling.start(item(0, None, as_dict), size) is not None  # such batches are filled

@@ -101,6 +101,7 @@ def test_dcp_saves_and_loads_the_loader_in_one_process(shards, tmp_path):
     assert state["step"] == 5 and keys_of(resumed) == rest
 
 
+@pytest.mark.slow  # kept out of the fast loop (a few seconds)
 def test_accelerate_prepare_keeps_the_loader_whole_and_in_save_state(shards, tmp_path):
     from accelerate import Accelerator
 

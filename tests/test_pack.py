@@ -239,6 +239,7 @@ def loader(urls, strategy, split, workers, **kw) -> wdsx.WebLoader:
     return wdsx.WebLoader(rows, batch_size=None, num_workers=workers)
 
 
+@pytest.mark.slow  # kept out of the fast loop (a few seconds)
 @pytest.mark.parametrize("strategy", ["greedy", "best_fit"])
 def test_resumes_exactly_in_process(corpus, strategy):
     report = wdsx.check_resume(lambda: loader(corpus, strategy, True, 0), cuts=4, epochs=2)

@@ -8,6 +8,7 @@ import json
 import math
 from collections import Counter
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -49,6 +50,7 @@ def test_exact_plans_partition_the_epoch(counts, consumers):
     partial=st.booleans(),
     remainder=st.sampled_from(["pad", "drop"]),
 )
+@pytest.mark.slow  # kept out of the fast loop (a few seconds)
 def test_pad_and_drop_give_equal_batch_counts(counts, consumers, batch, partial, remainder):
     total = sum(counts)
     plans = planning.plan_epoch(consumers, counts, len(counts), batch, partial, remainder)
@@ -88,6 +90,7 @@ def test_uncounted_plans_deal_whole_shards():
     progress=st.lists(st.floats(0, 1), min_size=6, max_size=6),
     buffered=st.integers(0, 3),
 )
+@pytest.mark.slow  # kept out of the fast loop (a few seconds)
 def test_reshape_deals_exactly_what_was_not_consumed(counts, old, new, progress, buffered):
     plans = planning.plan_epoch(old, counts, len(counts))
     consumed: list[tuple[int, int]] = []

@@ -54,6 +54,7 @@ payloads = st.binary(max_size=3000)
     chunk=st.sampled_from([512, 1024, 4096, 1 << 20]),
     trickle=st.sampled_from([0, 1, 333, 5000]),
 )
+@pytest.mark.slow  # kept out of the fast loop (a few seconds)
 def test_random_archives_match_tarfile(members, fmt, chunk, trickle):
     try:
         data = tar_bytes(members, FORMATS[fmt])

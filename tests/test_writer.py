@@ -166,6 +166,7 @@ with TarWriter(sys.argv[1]) as w:
 """
 
 
+@pytest.mark.slow  # kept out of the fast loop (subprocesses)
 @pytest.mark.parametrize("name", ["det.tar", "det.tar.gz"])
 def test_output_is_deterministic_across_processes_and_time(tmp_path, name):
     here, there = str(tmp_path / ("a-" + name)), str(tmp_path / ("b-" + name))
