@@ -106,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                     "inputs": summary.inputs,
                     "seconds": summary.seconds,
                     "outcomes": dict(summary.outcomes),
+                    "by_surface": {name: dict(counts) for name, counts in summary.by_surface.items()},
                     "failures": summary.failures,
                 },
                 stream,

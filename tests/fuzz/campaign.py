@@ -55,7 +55,9 @@ class Summary:
     surfaces: tuple[str, ...] = ("tar",)
     inputs: int = 0
     outcomes: Counter = field(default_factory=Counter)
+    by_surface: dict[str, Counter] = field(default_factory=dict)
     by_mutation: dict[str, Counter] = field(default_factory=dict)
+    """Outcomes per ``surface:mutation`` (an input with several mutations counts under each)."""
     failures: list[tuple[int, str, str, str]] = field(default_factory=list)
     """``(index, class, input description, detail)`` of the first failing inputs."""
     seconds: float = 0.0
@@ -67,8 +69,12 @@ class Summary:
     def add(self, other: dict[str, Any]) -> None:
         self.inputs += other["inputs"]
         self.outcomes.update(other["outcomes"])
-        for name, counts in other["by_mutation"].items():
-            self.by_mutation.setdefault(name, Counter()).update(counts)
+        for table, counted in (
+            (self.by_surface, other["by_surface"]),
+            (self.by_mutation, other["by_mutation"]),
+        ):
+            for name, counts in counted.items():
+                table.setdefault(name, Counter()).update(counts)
         room = EXAMPLES - len(self.failures)
         self.failures += other["failures"][: max(0, room)]
 
@@ -89,10 +95,7 @@ class Summary:
         if self.failures:
             lines += ["", "first failures (index, class, input, detail):"]
             lines += [f"  {index} {kind} {what}: {detail}" for index, kind, what, detail in self.failures]
-        by_surface: dict[str, Counter] = {}
-        for name, counts in self.by_mutation.items():
-            by_surface.setdefault(name.split(":")[0], Counter()).update(counts)
-        lines += _breakdown("surface", by_surface) + _breakdown("surface:mutation", self.by_mutation)
+        lines += _breakdown("surface", self.by_surface) + _breakdown("surface:mutation", self.by_mutation)
         return "\n".join(lines)
 
 
@@ -114,12 +117,19 @@ class _Tally:
     """A worker's counts for one chunk."""
 
     def __init__(self) -> None:
-        self.report: dict[str, Any] = {"inputs": 0, "outcomes": Counter(), "by_mutation": {}, "failures": []}
+        self.report: dict[str, Any] = {
+            "inputs": 0,
+            "outcomes": Counter(),
+            "by_surface": {},
+            "by_mutation": {},
+            "failures": [],
+        }
 
     def add(self, index: int, surface: str, item: Any, kind: str, detail: str) -> None:
         """Count input ``index`` of ``surface`` (``item``: None when it was lost with its worker)."""
         self.report["inputs"] += 1
         self.report["outcomes"][kind] += 1
+        self.report["by_surface"].setdefault(surface, Counter())[kind] += 1
         for name in item.mutations if item is not None else ("?",):
             self.report["by_mutation"].setdefault(f"{surface}:{name}", Counter())[kind] += 1
         if kind in FAILURES and len(self.report["failures"]) < EXAMPLES:
