@@ -50,22 +50,11 @@ class FluidInterface:
         return self.compose(batch.batched(batchsize, collation_fn, partial))
 
     def bucket(
-        self,
-        key: Callable[[Any], Any],
-        boundaries: Sequence[float] | None,
-        batch_size: int,
-        *,
-        max_held: int | None = None,
-        partial: bool = True,
-        collation_fn: Callable | None = collate.default_collation_fn,
+        self, key: Callable[[Any], Any], boundaries: Sequence[float] | None, batch_size: int, **kw: Any
     ) -> Any:
-        """Batches of ``batch_size`` items whose ``key`` falls in the same bucket, holding at most
-        ``max_held`` items (:func:`wdsx.stages.bucket.bucket`)."""
-        return self.compose(
-            bucketing.bucket(
-                key, boundaries, batch_size, max_held=max_held, partial=partial, collation_fn=collation_fn
-            )
-        )
+        """Batches of ``batch_size`` items whose ``key`` falls in the same bucket; ``max_held``,
+        ``partial`` and ``collation_fn`` as in :func:`wdsx.stages.bucket.bucket`."""
+        return self.compose(bucketing.bucket(key, boundaries, batch_size, **kw))
 
     def pack(self, field: str, length: int, **kw: Any) -> Any:
         """Documents of tokens in ``field`` packed into rows of ``length`` tokens
