@@ -219,7 +219,7 @@ def test_unreadable_images_are_skipped_and_reported(tmp_path, capsys):
     assert "cat/truncated.jpg" in captured.err and "dog/garbage.png" in captured.err
     keys = {s["__key__"] for s in _read_back(tmp_path / "o")}
     assert len(keys) == 9 and "cat/truncated" not in keys and "dog/garbage" not in keys
-    skipped = Manifest.load(str(tmp_path / "o" / "t.manifest.json")).extra["convert"]["skipped_by_shard"]
+    skipped = Manifest.load(str(tmp_path / "o" / "t.manifest.json")).extra["write"]["skipped_by_shard"]
     assert sorted(path for entries in skipped.values() for path, _ in entries) == [
         "cat/truncated.jpg",
         "dog/garbage.png",

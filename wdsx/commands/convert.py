@@ -1,4 +1,5 @@
-"""``wdsx convert``: an image folder to WebDataset shards, through :func:`wdsx.write.convert.convert`."""
+"""``wdsx convert``: an image folder (through :func:`wdsx.write.convert.convert`) or a table of
+records (through :func:`wdsx.write.tables.write_table`) to WebDataset shards."""
 
 from __future__ import annotations
 
@@ -10,10 +11,14 @@ from wdsx.write.convert import (
     REENCODE_FORMATS,
     VERIFY_MODES,
     ConvertError,
-    ConvertReport,
     ConvertSettings,
     convert,
 )
+from wdsx.write.dataset import WriteReport
+from wdsx.write.engines import ENGINES
+from wdsx.write.folder import LABEL_MODES
+from wdsx.write.jobs import WriteError
+from wdsx.write.tables import TABLE_SUFFIXES, write_table
 
 
 def parse_size(text: str) -> float:
@@ -36,18 +41,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     defaults = ConvertSettings()
     parser = subparsers.add_parser(
         "convert",
-        help="convert an image folder (one sub-folder per class) into shards",
+        help="convert an image folder or a table of records (CSV, JSONL, Parquet) into shards",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        description="Convert an ImageFolder-style tree into WebDataset shards plus a manifest "
-        "(<stem>.manifest.json: sample counts, sizes, SHA-256, class names). Samples are "
-        "{<class>/<stem>: original image bytes, cls: class index}. The output is byte-identical "
-        "for any --workers; the ranks of a job split the shards across machines, and the last "
+        description="Convert an image folder or a table into WebDataset shards plus a manifest "
+        "(<stem>.manifest.json: sample counts, sizes, SHA-256, class names). An ImageFolder-style "
+        "tree (one sub-folder per class) gives samples {<class>/<stem>: original image bytes, cls: "
+        "class index}; a folder holding images itself gives unlabeled samples (--labels). A table "
+        "(.csv, .jsonl, .parquet) gives one sample per record: the record as json, or the columns "
+        "named by --field and --file. The output is byte-identical for any --workers and "
+        "--engine; the ranks of a job split the shards across machines, and the last "
         "rank to finish writes the manifest. The rank comes from torch.distributed when it is "
         "initialised, else from the launcher: torchrun (RANK/WORLD_SIZE), SLURM "
         "(SLURM_PROCID/SLURM_NTASKS), Open MPI (OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE) or "
         "MPICH (PMI_RANK/PMI_SIZE). A re-run skips the shards already complete.",
     )
-    parser.add_argument("src", help="image folder: one sub-folder per class")
+    parser.add_argument("src", help="image folder, or a table: .csv, .jsonl, .parquet")
     parser.add_argument(
         "dest", help="shard pattern (out/train-%%06d.tar) or prefix (out/train), local or s3://"
     )
@@ -66,7 +74,27 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--verify", choices=VERIFY_MODES, default=defaults.verify, help="check of kept images: cheap, or full"
     )
-    parser.add_argument("--workers", type=int, default=1, help="worker processes")
+    parser.add_argument("--workers", type=int, default=1, help="worker processes (local engine)")
+    parser.add_argument("--engine", choices=ENGINES, default="local", help="who writes the shards")
+    parser.add_argument("--ray-address", help="the Ray cluster (--engine ray; default: RAY_ADDRESS or local)")
+    parser.add_argument(
+        "--labels", choices=LABEL_MODES, default="auto", help="image folders: class sub-folders or unlabeled"
+    )
+    parser.add_argument("--key", metavar="COLUMN", help="tables: the column that holds sample keys")
+    parser.add_argument(
+        "--field",
+        action="append",
+        default=[],
+        metavar="COLUMN=EXT",
+        help="tables: store a column as a field (repeatable); default: the record as json",
+    )
+    parser.add_argument(
+        "--file",
+        action="append",
+        default=[],
+        metavar="COLUMN=EXT",
+        help="tables: read the file a column names (relative to the table) into a field",
+    )
     parser.add_argument("--strict", action="store_true", help="fail at the first unreadable image")
     parser.add_argument(
         "--follow-symlinks",
@@ -77,8 +105,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
+def _columns(pairs: list[str]) -> dict[str, str]:
+    """``["caption=txt"]`` -> ``{"caption": "txt"}``."""
+    columns = {}
+    for pair in pairs:
+        column, equals, name = pair.partition("=")
+        if not equals or not column or not name:
+            raise SystemExit(f"wdsx convert: expected COLUMN=EXT, not {pair!r}")
+        columns[column] = name
+    return columns
+
+
 def run(args: argparse.Namespace) -> int:
-    """``wdsx convert``: convert, then print a summary (skipped images on stderr)."""
+    """``wdsx convert``: convert, then print a summary (skipped inputs on stderr)."""
+    if os.path.isfile(args.src) and args.src.endswith(TABLE_SUFFIXES):
+        return _run_table(args)
     settings = ConvertSettings(
         maxcount=args.maxcount,
         maxsize=args.maxsize,
@@ -96,30 +137,66 @@ def run(args: argparse.Namespace) -> int:
             args.dest,
             settings,
             workers=args.workers,
+            engine=args.engine,
+            ray_address=args.ray_address,
             strict=args.strict,
             progress=progress,
             follow_symlinks=args.follow_symlinks,
+            labels=args.labels,
         )
     except ConvertError as exn:
         if exn.report is not None:
-            _problems(exn.report)
+            _problems(exn.report, exn.report.src)
         raise
-    _problems(report)
+    _problems(report, report.src)
     if not args.quiet:
-        rate = report.samples_written / report.seconds if report.seconds else 0.0
-        print(
-            f"{report.written + report.reused} of {report.shards} shards complete "
-            f"({report.written} written now, {report.reused} before): "
-            f"{report.samples} images, {len(report.skipped)} skipped, {len(report.warnings)} warnings; "
-            f"{report.samples_written} images in {report.seconds:.1f} s ({rate:.0f} images/s)"
-        )
-        print(f"manifest: {report.manifest_url or 'pending: the last rank to finish writes it'}")
+        _summary(report, "images")
     return 0
 
 
-def _problems(report: ConvertReport) -> None:
-    """Print, on stderr, each image left out and each decoder warning, by path."""
-    for path, reason in report.skipped:
-        print(f"skipped {os.path.join(report.src, path)}: {reason}", file=sys.stderr)
-    for path, message in report.warnings:
-        print(f"warning {os.path.join(report.src, path)}: {message}", file=sys.stderr)
+def _run_table(args: argparse.Namespace) -> int:
+    """``wdsx convert TABLE DEST``: one sample per record."""
+    try:
+        report = write_table(
+            args.src,
+            args.dest,
+            key=args.key,
+            fields=_columns(args.field),
+            files=_columns(args.file),
+            maxcount=args.maxcount,
+            maxsize=args.maxsize,
+            shuffle=args.shuffle,
+            seed=args.seed,
+            engine=args.engine,
+            workers=args.workers,
+            ray_address=args.ray_address,
+            strict=args.strict,
+            progress=not args.quiet and sys.stderr.isatty(),
+        )
+    except WriteError as exn:
+        if exn.report is not None:
+            _problems(exn.report, "")
+        raise
+    _problems(report, "")
+    if not args.quiet:
+        _summary(report, "records")
+    return 0
+
+
+def _summary(report: WriteReport, unit: str) -> None:
+    rate = report.samples_written / report.seconds if report.seconds else 0.0
+    print(
+        f"{report.written + report.reused} of {report.shards} shards complete "
+        f"({report.written} written now, {report.reused} before): "
+        f"{report.samples} {unit}, {len(report.skipped)} skipped, {len(report.warnings)} warnings; "
+        f"{report.samples_written} {unit} in {report.seconds:.1f} s ({rate:.0f} {unit}/s)"
+    )
+    print(f"manifest: {report.manifest_url or 'pending: the last rank to finish writes it'}")
+
+
+def _problems(report: WriteReport, folder: str) -> None:
+    """Print, on stderr, each input left out and each warning, by path (or record)."""
+    for name, reason in report.skipped:
+        print(f"skipped {os.path.join(folder, name)}: {reason}", file=sys.stderr)
+    for name, message in report.warnings:
+        print(f"warning {os.path.join(folder, name)}: {message}", file=sys.stderr)

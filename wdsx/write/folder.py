@@ -1,5 +1,6 @@
-"""The source of ``wdsx convert``: an ImageFolder tree (one sub-folder per class) listed into
-images with their sample keys, without leaving the folder.
+"""The source of ``wdsx convert``: an image folder listed into images with their sample keys,
+without leaving the folder. Either an ImageFolder tree (one sub-folder per class, the class
+index becomes the sample's label) or a folder of unlabeled images (every image below it).
 
 A symbolic link that leads out of the source folder (``cat/x.jpg -> /etc/passwd``,
 ``cat/more -> /``) is not followed unless asked for (``follow_symlinks``): converting a folder
@@ -17,6 +18,9 @@ from typing import Any
 
 from wdsx.core.errors import WdsxError
 
+LABEL_MODES = ("auto", "folders", "none")
+"""How images get labels: ``folders`` (one sub-folder per class), ``none`` (unlabeled), ``auto``
+(unlabeled when the folder holds images itself, else one sub-folder per class)."""
 IMAGE_EXTENSIONS = frozenset("jpg jpeg jpe png webp bmp gif tif tiff ppm pgm pbm".split())
 """File extensions (any case) taken as images."""
 _FIELD_FOR_EXT = {"jpeg": "jpg", "jpe": "jpg"}
@@ -38,6 +42,7 @@ class ImageFile:
     """Relative to the source folder, with ``/`` separators."""
     key: str
     label: int
+    """The class index (0 for unlabeled images)."""
     field: str
     """Extension under which the original bytes are stored (lower case, ``jpeg`` -> ``jpg``)."""
     size: int
@@ -47,7 +52,8 @@ class ImageFile:
 class Listing:
     """What :func:`list_images` found."""
 
-    classes: list[str]
+    classes: list[str] | None
+    """The class names, in label order; None for unlabeled images."""
     images: list[ImageFile]
     skipped: list[tuple[str, str]] = field(default_factory=list)
     """``(path, reason)`` of what was left out while listing: links out of the folder, broken
@@ -104,7 +110,7 @@ class _Walker:
         found = []
         with os.scandir(os.path.join(self.root, relative)) as entries:
             for entry in entries:
-                path = f"{relative}/{entry.name}"
+                path = f"{relative}/{entry.name}" if relative else entry.name
                 if entry.name.startswith(".") or not self.admits(entry, path):
                     continue
                 if entry.is_dir():
@@ -119,8 +125,9 @@ def _escape(stem: str) -> str:
     return stem.replace("%", "%25").replace(".", "%2E")
 
 
-def list_images(src: str, follow_symlinks: bool = False) -> Listing:
-    """The class names (sorted sub-folders) and the images, sorted by path, with their keys.
+def list_images(src: str, follow_symlinks: bool = False, labels: str = "auto") -> Listing:
+    """The class names (sorted sub-folders, or None when unlabeled, see :data:`LABEL_MODES`) and
+    the images, sorted by path, with their keys.
 
     Hidden files and folders (``.``-prefixed, e.g. macOS ``._x.jpg`` or
     ``.ipynb_checkpoints``) are ignored. The key is the path without extension, its last
@@ -128,27 +135,44 @@ def list_images(src: str, follow_symlinks: bool = False) -> Listing:
     stem (``a.jpg``, ``a.png``) their keys keep the escaped extension so they stay distinct.
     Symbolic links out of ``src`` are left out (and reported) unless ``follow_symlinks``.
     """
+    if labels not in LABEL_MODES:
+        raise ValueError(f"labels must be one of {LABEL_MODES}, not {labels!r}")
     if not os.path.isdir(src):
         raise ConvertError(f"{src}: not a directory")
     walker = _Walker(src, follow_symlinks)
-    with os.scandir(src) as entries:
-        folders = [
-            e for e in entries if not e.name.startswith(".") and e.is_dir() and walker.admits(e, e.name)
-        ]
-    classes = sorted(e.name for e in folders)
-    found = sorted(
-        (path, size, label) for label, name in enumerate(classes) for path, size in walker.walk(name)
-    )
+    if labels == "auto":
+        labels = "none" if _holds_images(src) else "folders"
+    classes: list[str] | None = None
+    if labels == "none":
+        found = sorted((path, size, 0) for path, size in walker.walk(""))
+    else:
+        with os.scandir(src) as entries:
+            folders = [
+                e for e in entries if not e.name.startswith(".") and e.is_dir() and walker.admits(e, e.name)
+            ]
+        classes = sorted(e.name for e in folders)
+        found = sorted(
+            (path, size, label) for label, name in enumerate(classes) for path, size in walker.walk(name)
+        )
     stems = Counter(path.rpartition(".")[0] for path, _, _ in found)
     images = []
     for path, size, label in found:
         stem, _, ext = path.rpartition(".")
-        directory, _, base = stem.rpartition("/")
+        directory, slash, base = stem.rpartition("/")
         base = base if stems[stem] == 1 else f"{base}.{ext}"
         field_name = _FIELD_FOR_EXT.get(ext.lower(), ext.lower())
-        images.append(ImageFile(path, f"{directory}/{_escape(base)}", label, field_name, size))
+        images.append(ImageFile(path, f"{directory}{slash}{_escape(base)}", label, field_name, size))
     keys = Counter(image.key for image in images)
     clashes = [image.path for image in images if keys[image.key] > 1]
     if clashes:
         raise ConvertError(f"these images would get the same sample key: {clashes[:4]}; rename them")
     return Listing(classes, images, sorted(walker.skipped))
+
+
+def _holds_images(src: str) -> bool:
+    """Whether the folder itself (not a sub-folder) holds an image file."""
+    with os.scandir(src) as entries:
+        return any(
+            not e.name.startswith(".") and e.name.rpartition(".")[2].lower() in IMAGE_EXTENSIONS
+            for e in entries
+        )

@@ -94,13 +94,20 @@ def _lock(fd: int, blocking: bool) -> None:
 
 
 def _pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs: a zombie (killed, not yet reaped, as happens under
+    a container's init that reaps nobody) counts as gone."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # someone else's live process
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            state = stat.read().rpartition(b")")[2].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in (b"Z", b"X")
 
 
 def _lock_free(path: str) -> bool | None:
