@@ -143,6 +143,18 @@ def _run_writer_in_child(dest: Path, marker: Path) -> subprocess.Popen:
     )
 
 
+def _wait_until_gone(group: int) -> None:
+    """Wait until the killed process group's pool workers have exited too."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)
+    raise AssertionError("the killed writer's processes are still there")
+
+
 def _every_final_shard_parses(directory: Path) -> None:
     for shard in directory.glob("*.tar"):
         with tarfile.open(shard) as tar:
@@ -158,7 +170,8 @@ def test_a_killed_run_leaves_no_truncated_shard_and_a_rerun_finishes_it(tmp_path
     child = _run_writer_in_child(dest, marker)
     try:
         deadline = time.monotonic() + 60
-        while len(list((tmp_path / "out").glob("*.tar"))) < 3 and time.monotonic() < deadline:
+        # a shard is done once its completion record follows it
+        while len(list((tmp_path / "out").glob(".*.tar.json"))) < 3 and time.monotonic() < deadline:
             _every_final_shard_parses(tmp_path / "out")
             time.sleep(0.05)
         finished = {path.name: path.stat().st_mtime_ns for path in (tmp_path / "out").glob("*.tar")}
@@ -166,6 +179,7 @@ def test_a_killed_run_leaves_no_truncated_shard_and_a_rerun_finishes_it(tmp_path
     finally:
         os.killpg(child.pid, signal.SIGKILL)
         child.wait()
+        _wait_until_gone(child.pid)
     _every_final_shard_parses(tmp_path / "out")
     marker.unlink()
     report = write_dataset(INPUTS, functions.slow_after_marker, str(dest), maxcount=10)

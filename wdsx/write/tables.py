@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from wdsx.core.extras import install_hint
 from wdsx.core.jsontext import parse_json
 from wdsx.write.dataset import WriteReport, write_dataset
 
@@ -49,7 +50,7 @@ def read_table(path: str) -> list[dict[str, Any]]:
         try:
             import pyarrow.parquet
         except ImportError:
-            raise ImportError("reading Parquet needs pyarrow: pip install 'wdsx[ray]' or pyarrow") from None
+            raise ImportError(f"reading Parquet needs pyarrow: {install_hint('ray', 'pyarrow')}") from None
         return list(pyarrow.parquet.read_table(path).to_pylist())
     raise ValueError(f"{path}: not a table ({', '.join(TABLE_SUFFIXES)})")
 
