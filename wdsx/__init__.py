@@ -58,6 +58,7 @@ from wdsx.core.errors import (
     SourceError,
     StateError,
     WdsxError,
+    WriteError,
     ignore_and_continue,
     ignore_and_stop,
     reraise_exception,
@@ -80,6 +81,7 @@ from wdsx.pipeline.mixing import Mix, RandomMix, RoundRobin
 from wdsx.pipeline.randomness import current_rng, sample_rng
 from wdsx.pipeline.schedules import PiecewiseConstant, PiecewiseLinear
 from wdsx.pipeline.webdataset import FluidWrapper, WebDataset
+from wdsx.read.fieldsets import FieldSet
 from wdsx.read.manifest import Manifest
 from wdsx.read.samples import POSITION
 from wdsx.sources import SourceOptions
@@ -127,6 +129,8 @@ from wdsx.stages.transforms import (
 )
 from wdsx.state.position import Position
 from wdsx.version import __version__
+from wdsx.write.dataset import WriteReport, write_dataset
+from wdsx.write.fieldsets import write_field_set
 from wdsx.write.jsonl import JsonlShardWriter, JsonlWriter
 from wdsx.write.writer import ShardWriter, TarWriter
 
@@ -154,6 +158,7 @@ __all__ = [
     "Decoder",
     "DecodingError",
     "EncodingError",
+    "FieldSet",
     "FluidInterface",
     "FluidWrapper",
     "ImageHandler",
@@ -190,6 +195,8 @@ __all__ = [
     "WdsxError",
     "WebDataset",
     "WebLoader",
+    "WriteError",
+    "WriteReport",
     "associate",
     "basichandlers",
     "batched",
@@ -262,5 +269,7 @@ __all__ = [
     "warn_and_stop",
     "with_epoch",
     "with_length",
+    "write_dataset",
+    "write_field_set",
     "xdecode",
 ]

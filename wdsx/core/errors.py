@@ -183,6 +183,14 @@ class NotResumableError(StateError):
     """The pipeline holds something wdsx cannot checkpoint exactly."""
 
 
+class WriteError(WdsxError):
+    """Writing a dataset cannot go on: an input failed with ``strict``, or no input gave a
+    sample at all."""
+
+    report: Any = None
+    """The run's report (:class:`~wdsx.WriteReport`), when it got that far."""
+
+
 class UnsupportedError(WdsxError, NotImplementedError):
     """Something webdataset offers that wdsx deliberately does not do; the message says what to
     use instead."""

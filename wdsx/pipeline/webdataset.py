@@ -22,6 +22,7 @@ from typing import Any
 from wdsx.core import topology as distributed
 from wdsx.core.errors import Handler, SourceError, reraise_exception
 from wdsx.pipeline.datapipeline import DataPipeline
+from wdsx.read.fieldsets import FieldJoin, FieldSet
 from wdsx.read.npy import header_counts
 from wdsx.read.shard import ReadSettings
 from wdsx.sources import SourceOptions, missing_local_shards, scheme_of
@@ -105,6 +106,11 @@ class WebDataset(DataPipeline):
         index_sizes: give every sample ``"__sizes__"``, its image widths and heights and list
             lengths as ``wdsx index --sizes`` recorded them in the shard's offset index (for a
             bucketing key that needs no decoding; see :mod:`wdsx.read.sizes`).
+        fields: field sets (their directories or manifest URLs) whose fields are added to every
+            sample, matched by key (see :mod:`wdsx.read.fieldsets`).
+        missing_fields: ``"error"`` (a base sample without an entry in a field set is an
+            error) or ``"skip"`` (such samples are dropped).
+        overwrite_fields: let a field set replace a field the sample already has.
     """
 
     def __init__(
@@ -132,6 +138,9 @@ class WebDataset(DataPipeline):
         remainder: str | None = None,
         options: SourceOptions | None = None,
         index_sizes: bool = False,
+        fields: str | FieldSet | Sequence[str | FieldSet] = (),
+        missing_fields: str = "error",
+        overwrite_fields: bool = False,
     ):
         super().__init__(seed=seed)
         if isinstance(urls, dict) or (isinstance(urls, str) and urls.endswith((".yaml", ".yml"))):
@@ -161,6 +170,7 @@ class WebDataset(DataPipeline):
             sha256={url: entry.sha256 for url, entry in entries.items() if entry and entry.sha256},
             sizes={url: entry.bytes for url, entry in entries.items() if entry},
             index_sizes=index_sizes,
+            fields=FieldJoin.load(fields, missing_fields, overwrite_fields, self.options) if fields else None,
         )
         # Counts from a manifest hold for the shards beside it, grouped without renaming or
         # selecting members; otherwise they are counted (or left unknown).

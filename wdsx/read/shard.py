@@ -16,7 +16,7 @@ import stat
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import closing
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wdsx.core.compression import Decompressed, DecompressionError, named_compressed, uncompressed
 from wdsx.core.errors import Handler, ShardError, reraise_exception
@@ -28,6 +28,9 @@ from wdsx.read.tarheader import BLOCK, looks_like_header
 from wdsx.sources import LocalSource, Source, SourceOptions, open_source, scheme_of
 from wdsx.sources.prefetch import Prefetcher
 from wdsx.state.position import Position
+
+if TYPE_CHECKING:
+    from wdsx.read.fieldsets import FieldJoin
 
 log = logging.getLogger("wdsx")
 
@@ -51,6 +54,8 @@ class ReadSettings:
     index_sizes: bool = False
     """Give every sample its measures from its shard's offset index (``sample["__sizes__"]``,
     written by ``wdsx index --sizes``; see :mod:`wdsx.read.sizes`)."""
+    fields: FieldJoin | None = None
+    """Field sets whose fields are joined to every sample by key (:mod:`wdsx.read.fieldsets`)."""
 
     def expected_hash(self, url: str) -> str | None:
         return self.sha256.get(url) if self.sha256 else None
@@ -161,6 +166,10 @@ def read_piece(
         samples = npy.read_piece(url, cursor, stop, settings, extra, prefetcher, count, row_seed)
     else:
         samples = _read_tar(url, cursor, stop, settings, extra, prefetcher, count)
+    if settings.fields is not None:
+        from wdsx.read.fieldsets import join_fields  # imported here: that module imports this one
+
+        samples = join_fields(url, cursor, stop, samples, settings, count)
     if not settings.index_sizes:
         return samples
     from wdsx.read.index import with_index_sizes  # imported here: the index module imports this one

@@ -18,6 +18,7 @@ from wdsx.core import rng
 from wdsx.core.errors import Handler, NoSamplesError, StateError, reraise_exception
 from wdsx.core.sampleseed import EPOCH_SEED
 from wdsx.read import deal as planning
+from wdsx.read.fieldsets import FieldJoin, FieldSet
 from wdsx.read.formats import StreamStopped
 from wdsx.read.npy import epoch_row_seed
 from wdsx.read.progress import ReaderProgress, upgrade_plan_v2
@@ -308,9 +309,18 @@ def tarfile_to_samples(
     select_files: Callable[[str], bool] | None = None,
     rename_files: Callable[[str], str] | None = None,
     options: SourceOptions | None = None,
+    *,
+    fields: str | FieldSet | Sequence[str | FieldSet] = (),
+    missing_fields: str = "error",
+    overwrite_fields: bool = False,
 ) -> TarExpander:
-    """The stage that turns ``{"url": ...}`` items into samples (webdataset's name)."""
-    return TarExpander(ReadSettings(options or SourceOptions(), handler, select_files, rename_files))
+    """The stage that turns ``{"url": ...}`` items into samples (webdataset's name).
+
+    ``fields``, ``missing_fields`` and ``overwrite_fields`` join field sets to the samples by
+    key, as for :class:`~wdsx.WebDataset` (see :mod:`wdsx.read.fieldsets`)."""
+    options = options or SourceOptions()
+    join = FieldJoin.load(fields, missing_fields, overwrite_fields, options) if fields else None
+    return TarExpander(ReadSettings(options, handler, select_files, rename_files, fields=join))
 
 
 def tarfile_samples(

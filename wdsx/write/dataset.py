@@ -132,7 +132,7 @@ def execute(
         )
         error.report = report
         raise error
-    if records.finish(plan.extra):
+    if records.finish(plan.extra, plan.complete_extra):
         report.manifest_url = records.manifest_url
     report.seconds = time.perf_counter() - started
     return report

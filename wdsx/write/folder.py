@@ -14,9 +14,8 @@ from __future__ import annotations
 import os
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
-from wdsx.core.errors import WdsxError
+from wdsx.core.errors import WriteError
 
 LABEL_MODES = ("auto", "folders", "none")
 """How images get labels: ``folders`` (one sub-folder per class), ``none`` (unlabeled), ``auto``
@@ -26,12 +25,10 @@ IMAGE_EXTENSIONS = frozenset("jpg jpeg jpe png webp bmp gif tif tiff ppm pgm pbm
 _FIELD_FOR_EXT = {"jpeg": "jpg", "jpe": "jpg"}
 
 
-class ConvertError(WdsxError):
+class ConvertError(WriteError):
     """The conversion cannot go on (bad source folder, a bad image with ``strict``, or no image
-    readable at all)."""
-
-    report: Any = None
-    """The run's :class:`~wdsx.write.convert.ConvertReport`, when it got that far."""
+    readable at all); ``report`` is the run's :class:`~wdsx.write.convert.ConvertReport` when it
+    got that far."""
 
 
 @dataclass(frozen=True, slots=True)

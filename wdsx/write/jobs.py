@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from wdsx.core.errors import WdsxError
+from wdsx.core.errors import WriteError
 from wdsx.read.manifest import ShardEntry
 from wdsx.sources import SourceOptions
 from wdsx.write.plan import ShardJob
@@ -25,13 +25,6 @@ __all__ = ["JobRunner", "SampleFunction", "WriteError", "samples_of"]
 
 SampleFunction = Callable[[Any], "dict[str, Any] | Iterable[dict[str, Any]] | None"]
 """What turns one input into samples: a sample dict, an iterable of them, or None (no sample)."""
-
-
-class WriteError(WdsxError):
-    """Writing cannot go on: an input failed with ``strict``, or nothing at all was written."""
-
-    report: Any = None
-    """The run's report, when it got that far."""
 
 
 def samples_of(result: Any, input_number: int) -> Iterable[dict[str, Any]]:

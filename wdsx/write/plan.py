@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wdsx.core import rng
-from wdsx.read.manifest import manifest_url_for_pattern
+from wdsx.read.manifest import ShardEntry, manifest_url_for_pattern
 from wdsx.write.writer import checked_pattern, shard_is_full
 
 __all__ = ["ShardJob", "WritePlan", "cut_into_shards", "plan_fingerprint", "plan_writes", "shard_pattern"]
@@ -47,6 +47,9 @@ class WritePlan:
     plan_id: str
     extra: dict[str, Any] = field(default_factory=dict)
     """Fields written into the manifest beside its shard list (say, ``classes``)."""
+    complete_extra: Callable[[list[ShardEntry], dict[str, Any]], dict[str, Any]] | None = None
+    """Called with every shard's entry and :attr:`extra` when the manifest is about to be
+    written: the extra fields that depend on what the shards hold (a field set's field names)."""
 
 
 def shard_pattern(dest: str) -> str:

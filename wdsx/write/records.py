@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -88,7 +88,11 @@ class Records:
                 return None
         return record if _is_complete(url, record["shard"]) else None
 
-    def finish(self, extra: dict[str, Any]) -> bool:
+    def finish(
+        self,
+        extra: dict[str, Any],
+        complete_extra: Callable[[list[ShardEntry], dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> bool:
         """Write the manifest if every shard is complete; True if the manifest is in place.
 
         Processes write their records before calling this, so the last one to finish sees
@@ -105,6 +109,8 @@ class Records:
             for shard, record in zip(shards, records, strict=True)
             if record["skipped"]
         }
+        if complete_extra is not None:
+            extra = complete_extra(shards, extra)
         fields = {**extra, SECTION: {"fingerprint": self.plan_id, "skipped_by_shard": skipped}}
         write_whole(self.manifest_url, Manifest(shards, fields).to_json().encode("utf-8"), self.options)
         for url in self.urls:
