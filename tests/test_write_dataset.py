@@ -264,3 +264,27 @@ def wdsx_cli(*args: str) -> int:
     from wdsx.commands.cli import main
 
     return main(list(args))
+
+
+@pytest.mark.slow
+def test_two_launcher_ranks_at_once_write_what_one_process_writes(tmp_path):
+    """Two processes started as a launcher starts ranks (RANK/WORLD_SIZE), running at the same
+    time: each writes its share, one of them the manifest; the bytes are one process's."""
+    dest = str(tmp_path / "ranks" / "s")
+    code = (
+        "from tests.fixtures import samplefunctions as f\n"
+        "from tests.test_write_dataset import INPUTS\n"
+        "from wdsx.write.dataset import write_dataset\n"
+        f"write_dataset(INPUTS, f.caption_sample, {dest!r}, maxcount=6, shuffle=True)\n"
+    )
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, "-c", code],
+            env={**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank)},
+            cwd=Path(__file__).parent.parent,
+        )
+        for rank in (0, 1)
+    ]
+    assert [rank.wait(timeout=120) for rank in ranks] == [0, 0]
+    write_dataset(INPUTS, functions.caption_sample, str(tmp_path / "one" / "s"), maxcount=6, shuffle=True)
+    assert files_of(tmp_path / "one") == files_of(tmp_path / "ranks")
