@@ -7,17 +7,17 @@ import argparse
 import os
 import sys
 
+from wdsx.core.errors import WriteError
 from wdsx.write.convert import (
     REENCODE_FORMATS,
     VERIFY_MODES,
-    ConvertError,
+    ConvertReport,
     ConvertSettings,
     convert,
 )
 from wdsx.write.dataset import WriteReport
 from wdsx.write.engines import ENGINES
 from wdsx.write.folder import LABEL_MODES
-from wdsx.write.jobs import WriteError
 from wdsx.write.tables import TABLE_SUFFIXES, write_table
 
 
@@ -118,8 +118,21 @@ def _columns(pairs: list[str]) -> dict[str, str]:
 
 def run(args: argparse.Namespace) -> int:
     """``wdsx convert``: convert, then print a summary (skipped inputs on stderr)."""
-    if os.path.isfile(args.src) and args.src.endswith(TABLE_SUFFIXES):
-        return _run_table(args)
+    table = os.path.isfile(args.src) and args.src.endswith(TABLE_SUFFIXES)
+    try:
+        report = _write_table(args) if table else _convert_folder(args)
+    except WriteError as exn:
+        if exn.report is not None:
+            _problems(exn.report)
+        raise
+    _problems(report)
+    if not args.quiet:
+        _summary(report, "records" if table else "images")
+    return 0
+
+
+def _convert_folder(args: argparse.Namespace) -> WriteReport:
+    """An image folder: one sample per image."""
     settings = ConvertSettings(
         maxcount=args.maxcount,
         maxsize=args.maxsize,
@@ -130,57 +143,38 @@ def run(args: argparse.Namespace) -> int:
         resize=args.resize,
         verify=args.verify,
     )
-    progress = not args.quiet and sys.stderr.isatty()
-    try:
-        report = convert(
-            args.src,
-            args.dest,
-            settings,
-            workers=args.workers,
-            engine=args.engine,
-            ray_address=args.ray_address,
-            strict=args.strict,
-            progress=progress,
-            follow_symlinks=args.follow_symlinks,
-            labels=args.labels,
-        )
-    except ConvertError as exn:
-        if exn.report is not None:
-            _problems(exn.report, exn.report.src)
-        raise
-    _problems(report, report.src)
-    if not args.quiet:
-        _summary(report, "images")
-    return 0
+    return convert(
+        args.src,
+        args.dest,
+        settings,
+        workers=args.workers,
+        engine=args.engine,
+        ray_address=args.ray_address,
+        strict=args.strict,
+        progress=not args.quiet and sys.stderr.isatty(),
+        follow_symlinks=args.follow_symlinks,
+        labels=args.labels,
+    )
 
 
-def _run_table(args: argparse.Namespace) -> int:
-    """``wdsx convert TABLE DEST``: one sample per record."""
-    try:
-        report = write_table(
-            args.src,
-            args.dest,
-            key=args.key,
-            fields=_columns(args.field),
-            files=_columns(args.file),
-            maxcount=args.maxcount,
-            maxsize=args.maxsize,
-            shuffle=args.shuffle,
-            seed=args.seed,
-            engine=args.engine,
-            workers=args.workers,
-            ray_address=args.ray_address,
-            strict=args.strict,
-            progress=not args.quiet and sys.stderr.isatty(),
-        )
-    except WriteError as exn:
-        if exn.report is not None:
-            _problems(exn.report, "")
-        raise
-    _problems(report, "")
-    if not args.quiet:
-        _summary(report, "records")
-    return 0
+def _write_table(args: argparse.Namespace) -> WriteReport:
+    """A table: one sample per record."""
+    return write_table(
+        args.src,
+        args.dest,
+        key=args.key,
+        fields=_columns(args.field),
+        files=_columns(args.file),
+        maxcount=args.maxcount,
+        maxsize=args.maxsize,
+        shuffle=args.shuffle,
+        seed=args.seed,
+        engine=args.engine,
+        workers=args.workers,
+        ray_address=args.ray_address,
+        strict=args.strict,
+        progress=not args.quiet and sys.stderr.isatty(),
+    )
 
 
 def _summary(report: WriteReport, unit: str) -> None:
@@ -194,8 +188,10 @@ def _summary(report: WriteReport, unit: str) -> None:
     print(f"manifest: {report.manifest_url or 'pending: the last rank to finish writes it'}")
 
 
-def _problems(report: WriteReport, folder: str) -> None:
-    """Print, on stderr, each input left out and each warning, by path (or record)."""
+def _problems(report: WriteReport) -> None:
+    """Print, on stderr, each input left out and each warning, by path (images: below the
+    source folder) or record."""
+    folder = report.src if isinstance(report, ConvertReport) else ""
     for name, reason in report.skipped:
         print(f"skipped {os.path.join(folder, name)}: {reason}", file=sys.stderr)
     for name, message in report.warnings:
