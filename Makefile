@@ -36,11 +36,20 @@ test: lint typecheck docs
 test-fast: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" -n 2 --dist loadfile tests
 
+# The loaders `make bench` sets beside wdsx (benchmarks/bench_peers.py), installed for it only.
+# litdata and mosaicml-streaming name torchvision (Mosaic also transformers) as requirements the
+# benchmark never uses: they come without their requirements, and the ones they use are named.
+PEERS     := litdata==0.2.76 mosaicml-streaming==0.13.0
+PEER_DEPS := tifffile obstore lightning-utilities boto3 brotli python-snappy zstd 'xxhash<4' catalogue
+
 # The tutorial benchmark reads Debian's openclipart-png drawings; without them (no apt-get, or
 # not root) it uses generated photo-like images instead.
 bench: $(VENV)/.installed-test
 	-test -d /usr/share/openclipart/png || { apt-get update -qq; apt-get install -y --no-install-recommends openclipart-png; }
 	-test -d /usr/share/datasets/fashion-mnist || { apt-get update -qq; apt-get install -y --no-install-recommends dataset-fashion-mnist; }
+	echo '$(TORCH)' > $(VENV)/bench-constraints.txt
+	-$(BIN)/pip install -q -c $(VENV)/bench-constraints.txt --no-deps $(PEERS)
+	-$(BIN)/pip install -q -c $(VENV)/bench-constraints.txt $(PEER_DEPS)
 	$(BIN)/python benchmarks/run.py
 
 # A long fuzzing campaign (`make test` runs a short one) over the surfaces that read data: tar,

@@ -5,7 +5,7 @@ noisy, so only same-run ratios mean anything) and writes it to ``bench-out/resul
 ``results.json``. A dated copy, ``benchmarks/results/YYYY-MM-DD.json``, is what the documentation's
 performance page renders its tables and plots from; commit it to publish a run.
 
-    python benchmarks/run.py [--only read,loader,resume,s3,convert,formats] [--repeats 3]
+    python benchmarks/run.py [--only read,loader,resume,s3,convert,formats,pack,peers] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -153,6 +153,14 @@ def loader_section(repeats: int) -> list[Row]:
     return loader_rows(repeats) + scaled_rows() + gil_rows()
 
 
+def peers_section() -> list[Row]:
+    """litdata, Mosaic Streaming and torchdata.nodes beside wdsx and webdataset, each in its own
+    format, on 20,000 JPEGs, 5 interleaved rounds (a smoke run: ``bench_peers.py --samples 2000``)."""
+    from benchmarks.bench_peers import peer_rows
+
+    return peer_rows(samples=20_000, repeats=5)
+
+
 SECTIONS = {
     "read": read_section,
     "loader": loader_section,
@@ -161,6 +169,7 @@ SECTIONS = {
     "convert": convert_section,
     "formats": formats_section,
     "pack": pack_section,
+    "peers": peers_section,
 }
 
 
