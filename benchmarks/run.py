@@ -185,18 +185,20 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    rows: list[Row] = []
+    measured: dict[str, list[Row]] = {}
     for name in args.only.split(","):
         section = SECTIONS[name]
         print(f"# running {name} benchmarks...", file=sys.stderr, flush=True)
-        rows.extend(section(args.repeats) if name in ("read", "loader") else section())
-        save(rows)  # what is measured so far survives a later section's failure
-    print(render(rows))
+        measured[name] = section(args.repeats) if name in ("read", "loader") else section()
+        save(measured)  # what is measured so far survives a later section's failure
+    print(render([row for rows in measured.values() for row in rows]))
 
 
-def save(rows: list[Row]) -> None:
+def save(measured: dict[str, list[Row]]) -> None:
     """Write the table so far to ``bench-out/results.md`` and ``results.json``, and the dated copy
-    with the machine it ran on to ``benchmarks/results/``."""
+    with the machine it ran on to ``benchmarks/results/``: there, the sections run now replace
+    their rows of an earlier run the same day, and the other sections' rows stay."""
+    rows = [row for section_rows in measured.values() for row in section_rows]
     os.makedirs(data.ROOT, exist_ok=True)
     with open(os.path.join(data.ROOT, "results.md"), "w") as stream:
         stream.write(render(rows) + "\n")
@@ -204,17 +206,34 @@ def save(rows: list[Row]) -> None:
         json.dump(rows, stream, indent=1)
     today = datetime.date.today().isoformat()
     os.makedirs(RESULTS_DIR, exist_ok=True)
-    with open(os.path.join(RESULTS_DIR, f"{today}.json"), "w") as stream:
-        json.dump(dated_record(today, rows), stream, indent=1)
+    path = os.path.join(RESULTS_DIR, f"{today}.json")
+    kept = [row for row in _earlier_rows(path) if row.get("section") not in measured]
+    new = [{**dict(zip(COLUMNS, row)), "section": name} for name, rows in measured.items() for row in rows]
+    with open(path, "w") as stream:
+        order = {name: number for number, name in enumerate(SECTIONS)}
+        by_section = sorted(kept + new, key=lambda row: order.get(row["section"], 0))
+        json.dump(dated_record(today, by_section), stream, indent=1)
         stream.write("\n")
+
+
+def _earlier_rows(path: str) -> list[dict]:
+    """The rows of an earlier run saved at ``path`` today, if they say their section (rows of
+    an older format are replaced whole)."""
+    try:
+        with open(path) as stream:
+            rows = json.load(stream).get("rows", [])
+    except (OSError, ValueError):
+        return []
+    return rows if all("section" in row for row in rows) else []
 
 
 RESULTS_DIR = os.path.join(os.path.dirname(__file__), "results")
 COLUMNS = ("benchmark", "wdsx", "webdataset", "ratio", "target")
 
 
-def dated_record(today: str, rows: list[Row]) -> dict:
-    """One run as the docs read it: when, on what, at which commit, and the table's rows by column."""
+def dated_record(today: str, rows: list[dict]) -> dict:
+    """One run as the docs read it: when, on what, at which commit, and the table's rows by
+    column (with their section)."""
     return {
         "date": today,
         "commit": _git_commit(),
@@ -224,7 +243,7 @@ def dated_record(today: str, rows: list[Row]) -> dict:
             "processor": platform.machine(),
             "cpus": os.cpu_count(),
         },
-        "rows": [dict(zip(COLUMNS, row)) for row in rows],
+        "rows": rows,
     }
 
 
