@@ -127,7 +127,35 @@ def convert_section() -> list[Row]:
                 "flat in folder size",
             )
         )
-    return rows
+    return rows + ray_rows()
+
+
+def ray_rows() -> list[Row]:
+    """Ray against local processes on this machine: a conversion, and the cost of one shard job."""
+    import tempfile
+
+    from benchmarks.bench_ray import run as ray_run
+
+    with tempfile.TemporaryDirectory() as out:
+        found = ray_run(out)
+    local, ray = found["convert_local_2_workers_img_per_s"], found["convert_ray_img_per_s"]
+    per_job = found["ray_warm_s_per_job"] - found["in_process_s_per_job"]
+    return [
+        (
+            "convert 2,000 images: Ray (2 one-CPU nodes) / local (2 worker processes)",
+            f"{ray:,.0f} / {local:,.0f} img/s",
+            "",
+            f"Ray {ray / local:.2f}x local",
+            "",
+        ),
+        (
+            "Ray's cost per shard job (warm workers, over writing in-process)",
+            f"{per_job * 1000:.1f} ms",
+            "",
+            f"cold workers: {found['ray_first_round_s_per_job'] * 1000:.0f} ms/job",
+            "",
+        ),
+    ]
 
 
 def formats_section() -> list[Row]:
