@@ -337,3 +337,37 @@ def test_worker_processes_write_the_same_field_shards(tmp_path, base):
     assert Path(one.manifest_url).read_text() == Path(two.manifest_url).read_text()
     for shard in (tmp_path / "one").glob("*.tar"):
         assert shard.read_bytes() == (tmp_path / "two" / shard.name).read_bytes()
+
+
+def image_size(sample: dict) -> dict:
+    """A new field for every demo sample: its image's byte count."""
+    return {"size.txt": str(len(sample["png"]))}
+
+
+def test_a_field_set_on_the_demo_shards_resumes_exactly_and_a_deleted_key_is_named(tmp_path):
+    source = small_demo_folder(tmp_path / "images")
+    cli.main(["convert", str(source), str(tmp_path / "demo" / "fmnist"), "--maxcount", "12", "--quiet"])
+    base_manifest = str(tmp_path / "demo" / "fmnist.manifest.json")
+    write_field_set(base_manifest, str(tmp_path / "sizes"), image_size)
+    urls = wdsx.WebDataset(base_manifest.replace(".manifest.json", "-{000000..000003}.tar")).urls
+
+    def make_loader():
+        return (
+            wdsx.WebDataset(urls, shardshuffle=True, seed=5, fields=[str(tmp_path / "sizes")])
+            .shuffle(10)
+            .to_tuple("__key__", "size.txt", "png")
+            .batched(4)
+        )
+
+    report = wdsx.check_resume(make_loader, cuts=3, epochs=2)
+    assert report.identical, str(report)
+    joined = [sample for batch in make_loader() for sample in zip(*batch)]
+    assert sorted(key for key, _, _ in joined) == sorted(s["__key__"] for s in wdsx.WebDataset(urls))
+    assert all(size == str(len(png)).encode() for _, size, png in joined)
+    field_shard = str(tmp_path / "sizes" / "fmnist-000001.tar")
+    with tarfile.open(field_shard) as archive:
+        deleted = archive.getnames()[5].partition(".")[0]
+    rewrite_members(field_shard, lambda members: [m for m in members if not m[0].startswith(deleted + ".")])
+    with pytest.raises(ShardError) as caught:
+        list(wdsx.WebDataset(urls, shardshuffle=False, fields=[str(tmp_path / "sizes")]))
+    assert caught.value.url == field_shard and repr(deleted) in str(caught.value)
