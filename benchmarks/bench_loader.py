@@ -48,9 +48,15 @@ def tutorial_work(data: bytes) -> Any:
     return tutorial_transform(bound.pillow_rgb(data))
 
 
-def rgb8_loader(wds: Any, urls: list[str], workers: int = 2, threads: int = 1) -> Any:
+def rgb8_loader(
+    wds: Any, urls: list[str], workers: int = 2, threads: int = 1, worker_type: str = "process"
+) -> Any:
+    """``threads``: decoding threads per worker; ``worker_type="thread"``: reader threads as
+    the workers (wdsx only)."""
     dataset = wds.WebDataset(urls, shardshuffle=False).shuffle(1000).decode("rgb8")
-    options = {"decode_threads": threads} if threads > 1 else {}
+    options: dict[str, Any] = {"decode_threads": threads} if threads > 1 else {}
+    if worker_type != "process":
+        options["worker_type"] = worker_type
     batches = dataset.to_tuple("jpg", "cls").batched(64)
     return wds.WebLoader(batches, batch_size=None, num_workers=workers, **options)
 
@@ -173,7 +179,11 @@ def cases() -> dict[str, Case]:
     wdsx, webdataset = modules["wdsx"], modules["webdataset"]
     return {
         "rgb8": Case(
-            {**both(rgb8_loader, jpeg), "wdsx 1 worker x 2 threads": lambda: rgb8_loader(wdsx, jpeg, 1, 2)},
+            {
+                **both(rgb8_loader, jpeg),
+                "wdsx 1 worker x 2 threads": lambda: rgb8_loader(wdsx, jpeg, 1, 2),
+                "wdsx 2 thread workers": lambda: rgb8_loader(wdsx, jpeg, 2, worker_type="thread"),
+            },
             jpeg,
             "jpg",
             bound.simplejpeg_rgb,
@@ -240,6 +250,17 @@ def loader_rows(repeats: int) -> list[Row]:
                     _rate(rates["webdataset"]),
                     f"{threads / rates['wdsx']:.2f} of 2 workers' rate; "
                     + _against(measured, "wdsx 1 worker x 2 threads"),
+                    "",
+                )
+            )
+            thread_workers = rates["wdsx 2 thread workers"]
+            rows.append(
+                (
+                    '... the same, WebLoader(num_workers=2, worker_type="thread")',
+                    _rate(thread_workers),
+                    _rate(rates["webdataset"]),
+                    f"{thread_workers / rates['wdsx']:.2f} of 2 worker processes' rate; "
+                    + _against(measured, "wdsx 2 thread workers"),
                     "",
                 )
             )

@@ -4,14 +4,17 @@ Rank and world size come from ``torch.distributed`` when it is initialised, else
 launcher's environment (torchrun's ``RANK``/``WORLD_SIZE``, SLURM, Open MPI, MPICH). DataLoader
 workers started with ``spawn`` cannot see the process group, so datasets capture the rank in
 the main process (:func:`capture`) and WebLoader tells each worker who it is
-(:func:`assign`). torch is only consulted when the program has already imported it.
+(:func:`assign`); a WebLoader with reader threads tells each thread (:func:`assigned_to_thread`).
+torch is only consulted when the program has already imported it.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -46,12 +49,34 @@ class Topology:
 
 
 _assigned: Topology | None = None
+"""The identity of this process (a DataLoader worker process), set by :func:`assign`."""
+
+_thread = threading.local()
+"""``_thread.topology``: the identity of the current thread (a reader thread), which takes
+precedence over the process's."""
 
 
 def assign(topology: Topology | None) -> None:
     """Set this process's identity explicitly (WebLoader does this in each worker)."""
     global _assigned
     _assigned = topology
+
+
+@contextmanager
+def assigned_to_thread(topology: Topology) -> Iterator[None]:
+    """Within the block, the current thread is the reader ``topology`` (a WebLoader reader
+    thread: several read in one process, each as its own worker)."""
+    previous = getattr(_thread, "topology", None)
+    _thread.topology = topology
+    try:
+        yield
+    finally:
+        _thread.topology = previous
+
+
+def _assigned_now() -> Topology | None:
+    """The identity assigned to this thread, else to this process, else None."""
+    return getattr(_thread, "topology", None) or _assigned
 
 
 def rank_and_world_from_environment(environ: Mapping[str, str] | None = None) -> tuple[int, int]:
@@ -92,7 +117,9 @@ def worker_and_count() -> tuple[int, int]:
 
 
 def in_worker() -> bool:
-    """True inside a DataLoader worker process."""
+    """True inside a DataLoader worker process or a WebLoader reader thread."""
+    if getattr(_thread, "topology", None) is not None:
+        return True
     if "torch" not in sys.modules:
         return False
     from torch.utils.data import get_worker_info
@@ -108,8 +135,9 @@ def capture() -> tuple[int, int]:
 def current(captured: tuple[int, int] | None = None) -> Topology:
     """This reader's topology: the assigned one, else workers use the rank captured in the
     main process (when the live lookup sees a single process), else the live lookup."""
-    if _assigned is not None:
-        return _assigned
+    assigned = _assigned_now()
+    if assigned is not None:
+        return assigned
     rank, world = rank_and_world()
     if captured is not None and world == 1 and in_worker():
         rank, world = captured
@@ -119,8 +147,8 @@ def current(captured: tuple[int, int] | None = None) -> Topology:
 
 def pytorch_worker_info(group: ProcessGroup | None = None) -> tuple[int, int, int, int]:
     """webdataset-compatible ``(rank, world_size, worker, num_workers)``."""
-    if _assigned is not None:
-        topo = _assigned
+    topo = _assigned_now()
+    if topo is not None:
         return topo.rank, topo.world_size, topo.worker, topo.num_workers
     rank, world = rank_and_world(group)
     worker, workers = worker_and_count()

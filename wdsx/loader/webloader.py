@@ -10,6 +10,9 @@ worker ``(next + j) % W`` and the sequence of batches continues exactly.
 A state saved with a different number of workers (or, through :func:`gather_loader_state`,
 ranks) is re-dealt (:mod:`wdsx.pipeline.redeal`): the remaining samples of the epoch are read exactly
 once by the new readers.
+
+With ``worker_type="thread"`` the workers are reader threads of this process, the same readers
+with the same states; :mod:`wdsx.loader.threads` delivers their batches in the same order.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any
 from wdsx.core import topology as distributed
 from wdsx.core.errors import StateError
 from wdsx.core.sampleseed import epoch_seed
-from wdsx.loader import arena, lifeline, transport
+from wdsx.loader import arena, lifeline, threads, transport
 from wdsx.loader.profile import Clock, LoaderStats, LoaderWatch, WorkerSide
 from wdsx.pipeline import redeal
 from wdsx.pipeline.datapipeline import DataPipeline, register_with_torch
@@ -73,24 +76,42 @@ class _WorkerStream:
         self.finished = False
 
     def __iter__(self) -> Iterator[tuple[Any, Any, _WorkerStream]]:
+        """In a DataLoader worker process (or, with ``num_workers=0``, the main process)."""
         from torch.utils.data import get_worker_info
 
         info = get_worker_info()
-        self.slot = info.id if info is not None else 0
+        if info is None:
+            return self.read(0, in_process=True)
+        distributed.assign(self.reader(info.id))
+        return self.read(info.id, in_process=False)
+
+    def reader(self, slot: int) -> distributed.Topology:
+        """Who the worker in ``slot`` reads as: its consumer's place among the epoch's readers."""
         rank, world = self.world
-        consumer = self.consumers[self.slot]
-        if info is not None:
-            distributed.assign(distributed.Topology(rank, world, consumer % self.workers, self.workers))
+        return distributed.Topology(rank, world, self.consumers[slot] % self.workers, self.workers)
+
+    def in_thread(self, slot: int) -> Iterator[tuple[Any, Any, _WorkerStream]]:
+        """The stream of the worker in ``slot``, run by a reader thread: this stream and its
+        dataset copied, as a worker process has its own, and the thread made that reader."""
+        twin = copy.copy(self)
+        twin.dataset = copy.deepcopy(self.dataset)
+        with distributed.assigned_to_thread(self.reader(slot)):
+            yield from twin.read(slot, in_process=False)
+
+    def read(self, slot: int, in_process: bool) -> Iterator[tuple[Any, Any, _WorkerStream]]:
+        """The items of the worker in ``slot`` from its starting state (``in_process``: the
+        loader has no workers, and this is its own iteration in the main process)."""
+        self.slot = slot
         # A copy, so that making a with_epoch() dataset endless here (the loader counts the
         # nominal epoch instead) leaves the caller's object alone when there are no workers.
         dataset = self.dataset = copy.copy(self.dataset)
         dataset.nsamples = -1
         self.resumable = not dataset.not_resumable()
-        start = self.starts[self.slot]
+        start = self.starts[slot]
         self.finished = bool(start and start.get("finished"))
         if self.finished:
-            if self.slot == 0:
-                self.watch.worker(dataset, 0, info is None).close()
+            if slot == 0:
+                self.watch.worker(dataset, 0, in_process).close()
             return
         if start is not None:
             dataset.load_state_dict(start)
@@ -98,7 +119,7 @@ class _WorkerStream:
             dataset.set_epoch(self.epoch)
         dataset.decode_threads = self.watch.decode_threads
         dataset.defer_positions = True
-        side = self.side = self.watch.worker(dataset, self.slot, info is None)
+        side = self.side = self.watch.worker(dataset, slot, in_process)
         try:
             for item in dataset:
                 side.produced += 1
@@ -235,21 +256,38 @@ class LoaderProgress:
         return []
 
 
+WORKER_TYPES = ("process", "thread")
+
+
 class LoaderFactory:
-    """What a WebLoader makes a DataLoader from: the dataset and the DataLoader's arguments."""
+    """What a WebLoader makes its batches with: the dataset, the DataLoader's arguments, and
+    whether its workers are processes (a DataLoader) or threads (:mod:`wdsx.loader.threads`)."""
 
     def __init__(
-        self, dataset: Any, loader_kwargs: dict[str, Any], reuse_shared_memory: bool, watch: LoaderWatch
+        self,
+        dataset: Any,
+        loader_kwargs: dict[str, Any],
+        reuse_shared_memory: bool,
+        watch: LoaderWatch,
+        worker_type: str = "process",
     ):
+        if worker_type not in WORKER_TYPES:
+            raise ValueError(f"worker_type must be one of {WORKER_TYPES}, not {worker_type!r}")
         self.dataset = dataset
         self.loader_kwargs = loader_kwargs
         self.reuse_shared_memory = reuse_shared_memory
         self.watch = watch
+        self.worker_type = worker_type
 
     @property
     def slots(self) -> int:
-        """Number of reading streams in this process: the DataLoader workers, or 1."""
+        """Number of reading streams in this process: the workers, or 1."""
         return max(1, self.loader_kwargs.get("num_workers", 0))
+
+    @property
+    def threaded(self) -> bool:
+        """True when the workers are reader threads of this process."""
+        return self.worker_type == "thread" and self.loader_kwargs.get("num_workers", 0) > 0
 
     @property
     def auto_batched(self) -> bool:
@@ -261,24 +299,34 @@ class LoaderFactory:
             return ", ".join(stage.describe() for stage in dataset.pipeline)
         return type(dataset).__name__
 
-    def collate_one(self, item: Any) -> Any:
-        """What the DataLoader's collation makes of a single item."""
+    def check_arguments(self) -> None:
+        """Raise what a DataLoader would for these arguments: thread workers make none, so one
+        without workers checks them (the arguments only workers take left out)."""
+        from torch.utils.data import DataLoader
+
+        workers_only = ("num_workers", "prefetch_factor", "persistent_workers", "multiprocessing_context")
+        DataLoader(self.dataset, **{k: v for k, v in self.loader_kwargs.items() if k not in workers_only})
+
+    def user_collate(self) -> Callable:
+        """The DataLoader's collate function: the one given, or torch's default."""
         from torch.utils.data import default_collate, default_convert
 
-        collate = self.loader_kwargs.get("collate_fn")
-        if self.auto_batched:
-            return (collate or default_collate)([item])
-        return (collate or default_convert)(item)
+        given = self.loader_kwargs.get("collate_fn")
+        return given or (default_collate if self.auto_batched else default_convert)
+
+    def collate_one(self, item: Any) -> Any:
+        """What the DataLoader's collation makes of a single item."""
+        return self.user_collate()([item] if self.auto_batched else item)
 
     def make(self, dataset: Any, plain: bool = False, session: str | None = None) -> Any:
         """A DataLoader over ``dataset``; unless ``plain``, its batches carry worker states.
         ``session``: names the pass, whose shared-memory segments stay mapped in this process
         until :func:`transport.close_session`. Its workers never outlive this process."""
-        from torch.utils.data import DataLoader, IterableDataset, default_collate, default_convert
+        from torch.utils.data import DataLoader, IterableDataset
 
         IterableDataset.register(_WorkerStream)
         kwargs = dict(self.loader_kwargs)
-        collate = kwargs.get("collate_fn") or (default_collate if self.auto_batched else default_convert)
+        collate = self.user_collate()
         init = kwargs.get("worker_init_fn")
         if self.reuse_shared_memory:
             collate = transport.PackingCollate(collate, arena.worker_memory, session)
@@ -308,8 +356,11 @@ class LoaderSource(Stage):
 
     def __repr__(self) -> str:
         """The dataset and the DataLoader arguments given (``WebDataset(...) | batched(16),
-        batch_size=None, num_workers=4``)."""
-        given = ", ".join(f"{name}={value!r}" for name, value in self.factory.loader_kwargs.items())
+        batch_size=None, num_workers=4``), and the worker type unless processes."""
+        arguments = dict(self.factory.loader_kwargs)
+        if self.factory.worker_type != "process":
+            arguments["worker_type"] = self.factory.worker_type
+        given = ", ".join(f"{name}={value!r}" for name, value in arguments.items())
         return f"{self.factory.dataset!r}, {given}" if given else repr(self.factory.dataset)
 
     def not_resumable(self) -> str | None:
@@ -391,9 +442,15 @@ class LoaderSource(Stage):
         )
         watch, stats = factory.watch, factory.watch.stats
         kwargs = factory.loader_kwargs
-        watch.open(kwargs.get("multiprocessing_context"), kwargs.get("num_workers", 0))
+        if factory.threaded:
+            watch.open(threads.CONTEXT, factory.slots)
+            collate = _CollateWithState(factory.user_collate(), factory.auto_batched)
+            batches = threads.worker_batches(stream.in_thread, factory.slots, kwargs, collate)
+        else:
+            watch.open(kwargs.get("multiprocessing_context"), kwargs.get("num_workers", 0))
+            batches = _running(factory.make(stream, session=session))
         clock = Clock(stats)
-        for output, slot, state, positions, report in _running(factory.make(stream, session=session)):
+        for output, slot, state, positions, report in batches:
             clock.received()
             stats.add(report)
             watch.collect()
@@ -456,6 +513,15 @@ class WebLoader(DataPipeline):
     (:mod:`wdsx.loader.watchdog`); None turns the watchdog off. ``decode_threads``: threads
     per worker that decode each batch's images where they are decoded straight into the batch
     (both simplejpeg and Pillow release the GIL while decoding).
+
+    ``worker_type="thread"``: the ``num_workers`` workers are threads of this process instead
+    of processes (:mod:`wdsx.loader.threads`): each runs its own copy of the dataset as the
+    same reader a worker process would be, so checkpoints are the same and load either way.
+    Less memory and a quicker start; worth it where the heavy work releases the GIL (decoding
+    images, numpy), not for Python-heavy per-sample maps. ``worker_init_fn(worker_id)`` runs
+    in each thread, where torch's ``get_worker_info()`` is None (``wdsx.pytorch_worker_info()``
+    tells the worker); ``multiprocessing_context``, ``persistent_workers`` and
+    ``reuse_shared_memory`` do not apply.
     """
 
     def __init__(
@@ -466,6 +532,7 @@ class WebLoader(DataPipeline):
         profile: bool = False,
         stall_timeout: float | None = 300.0,
         decode_threads: int = 1,
+        worker_type: str = "process",
         **kwargs: Any,
     ):
         from torch.utils.data import DataLoader
@@ -473,9 +540,13 @@ class WebLoader(DataPipeline):
         bound = inspect.signature(DataLoader).bind(dataset, *args, **kwargs)
         loader_kwargs = {k: v for k, v in bound.arguments.items() if k != "dataset"}
         watch = LoaderWatch(profile, stall_timeout, decode_threads)
-        self.factory = LoaderFactory(dataset, loader_kwargs, reuse_shared_memory, watch)
+        self.factory = LoaderFactory(dataset, loader_kwargs, reuse_shared_memory, watch, worker_type)
+        if self.factory.threaded and not isinstance(dataset, DataPipeline):
+            raise TypeError(f"thread workers need a wdsx pipeline, not a {type(dataset).__name__}")
         super().__init__(LoaderSource(self.factory))
         register_with_torch()
+        if self.factory.threaded:
+            self.factory.check_arguments()
 
     @property
     def dataset(self) -> Any:
