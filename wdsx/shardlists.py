@@ -4,6 +4,7 @@ YAML dataset specs and directory work queues."""
 from wdsx.core.faces import torch_names
 from wdsx.core.legacy import obsolete
 from wdsx.core.utilities import is_iterable
+from wdsx.sources.listing import envsubst, expand_urls
 from wdsx.stages.base import pipelinefilter
 from wdsx.stages.directoryshards import (
     DirectoryShardList,
@@ -16,8 +17,6 @@ from wdsx.stages.shardlists import (
     ResampledShardList,
     ResampledShards,
     SimpleShardList,
-    envsubst,
-    expand_urls,
     non_empty,
     single_node_only,
     split_by_node,

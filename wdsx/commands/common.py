@@ -15,7 +15,7 @@ import numpy as np
 from wdsx.read.samples import Cursor
 from wdsx.read.shard import ReadSettings, read_piece
 from wdsx.sources import SourceOptions
-from wdsx.stages.shardlists import expand_urls
+from wdsx.sources.listing import expand_urls
 
 
 def shard_urls(specs: Sequence[str]) -> list[str]:

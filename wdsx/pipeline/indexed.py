@@ -38,7 +38,7 @@ from wdsx.read.npy import NpyHeader, Rows, epoch_row_seed, read_header, read_row
 from wdsx.read.samples import Cursor, group_members
 from wdsx.read.tar import BLOCK, iter_members, read_exact
 from wdsx.sources import SourceOptions, local_path, open_source, rewrite_url
-from wdsx.stages.shardlists import expand_urls
+from wdsx.sources.listing import expand_urls
 
 OPEN_FILES = 16
 """Local shard files a dataset keeps open between reads."""

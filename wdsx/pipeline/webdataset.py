@@ -26,9 +26,10 @@ from wdsx.read.fieldsets import FieldJoin, FieldSet
 from wdsx.read.npy import header_counts
 from wdsx.read.shard import ReadSettings
 from wdsx.sources import SourceOptions, missing_local_shards, scheme_of
+from wdsx.sources.listing import expand_urls
 from wdsx.sources.urls import without_query
 from wdsx.stages.reading import ShardReader
-from wdsx.stages.shardlists import expand_urls, single_node_only, split_by_node, split_by_worker
+from wdsx.stages.shardlists import single_node_only, split_by_node, split_by_worker
 
 log = logging.getLogger("wdsx")
 

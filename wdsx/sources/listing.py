@@ -20,6 +20,8 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
+import braceexpand
+
 from wdsx.core.compression import SHARD_SUFFIXES
 from wdsx.sources.base import SourceOptions
 from wdsx.sources.local import local_path
@@ -111,3 +113,43 @@ def _list_remote(pattern: str, options: SourceOptions) -> list[str]:
     prefix, wanted = selection
     urls = call_with_retries(pattern, options, "listing", lambda: list(lister(prefix, options)))
     return sorted(url for url in urls if wanted(url))
+
+
+def envsubst(url: str) -> str:
+    """Replace ``${VAR}`` with the value of the environment variable ``WDS_VAR``."""
+
+    def lookup(match: re.Match) -> str:
+        name = "WDS_" + match.group(1)
+        if name not in os.environ:
+            raise KeyError(f"{url}: environment variable {name} is not set (for ${{{match.group(1)}}})")
+        return os.environ[name]
+
+    return re.sub(r"\$\{(\w+)\}", lookup, url)
+
+
+def expand_urls(urls: str | Iterable[str], options: SourceOptions | None = None) -> list[str]:
+    """Expand a pattern string (or pass a list through) into the list of shard URLs;
+    ``options`` are used to list S3 prefixes and globs."""
+    if not isinstance(urls, str):
+        return [str(url) for url in urls]
+    result: list[str] = []
+    for pattern in urls.split("::"):
+        for _ in range(10):
+            substituted = envsubst(pattern)
+            if substituted == pattern:
+                break
+            pattern = substituted
+        for url in braceexpand.braceexpand(pattern):
+            result.extend(_listed(url, options))
+    return result
+
+
+def _listed(url: str, options: SourceOptions | None) -> list[str]:
+    """A URL, or the shards a glob, a remote prefix (``s3://.../``, ``gs://.../``...) or a local
+    directory names."""
+    if not names_several(url):
+        return [url]
+    found = list_shards(url, options)
+    if not found:
+        raise ValueError(f"{url}: the pattern matches no shards")
+    return found

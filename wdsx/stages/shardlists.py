@@ -11,60 +11,16 @@ seed and epoch), identical on every rank and worker, so splitting after shufflin
 
 from __future__ import annotations
 
-import os
-import re
 import sys
 from collections.abc import Iterable, Iterator
 from itertools import islice
 from typing import Any
 
-import braceexpand
-
 from wdsx.core import rng
 from wdsx.core import topology as distributed
 from wdsx.read.deal import epoch_order
-from wdsx.sources import SourceOptions, list_shards, names_several
+from wdsx.sources.listing import expand_urls
 from wdsx.stages.base import Run, Stage, shards_summary
-
-
-def envsubst(url: str) -> str:
-    """Replace ``${VAR}`` with the value of the environment variable ``WDS_VAR``."""
-
-    def lookup(match: re.Match) -> str:
-        name = "WDS_" + match.group(1)
-        if name not in os.environ:
-            raise KeyError(f"{url}: environment variable {name} is not set (for ${{{match.group(1)}}})")
-        return os.environ[name]
-
-    return re.sub(r"\$\{(\w+)\}", lookup, url)
-
-
-def expand_urls(urls: str | Iterable[str], options: SourceOptions | None = None) -> list[str]:
-    """Expand a pattern string (or pass a list through) into the list of shard URLs;
-    ``options`` are used to list S3 prefixes and globs."""
-    if not isinstance(urls, str):
-        return [str(url) for url in urls]
-    result: list[str] = []
-    for pattern in urls.split("::"):
-        for _ in range(10):
-            substituted = envsubst(pattern)
-            if substituted == pattern:
-                break
-            pattern = substituted
-        for url in braceexpand.braceexpand(pattern):
-            result.extend(_listed(url, options))
-    return result
-
-
-def _listed(url: str, options: SourceOptions | None) -> list[str]:
-    """A URL, or the shards a glob, a remote prefix (``s3://.../``, ``gs://.../``...) or a local
-    directory names."""
-    if not names_several(url):
-        return [url]
-    found = list_shards(url, options)
-    if not found:
-        raise ValueError(f"{url}: the pattern matches no shards")
-    return found
 
 
 def split_by_node(src: Iterable, group: Any = None) -> Iterator:

@@ -33,7 +33,8 @@ import braceexpand
 
 from wdsx.core.env import seed_from_environment
 from wdsx.core.utilities import is_iterable
-from wdsx.stages.shardlists import SimpleShardList, expand_urls
+from wdsx.sources.listing import expand_urls
+from wdsx.stages.shardlists import SimpleShardList
 
 log = logging.getLogger("wdsx")
 

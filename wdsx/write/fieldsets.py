@@ -31,8 +31,8 @@ from wdsx.read.manifest import Manifest, ShardEntry, manifest_url_for_shard, sca
 from wdsx.read.samples import POSITION, Cursor, field_of
 from wdsx.read.shard import ReadSettings, read_piece
 from wdsx.sources import SourceOptions
+from wdsx.sources.listing import expand_urls
 from wdsx.sources.urls import without_query
-from wdsx.stages.shardlists import expand_urls
 from wdsx.write.dataset import WriteReport, execute, function_identity
 from wdsx.write.jobs import JobRunner
 from wdsx.write.plan import ShardJob, WritePlan, plan_fingerprint
