@@ -29,9 +29,10 @@ demo: $(VENV)/.installed
 	$(BIN)/python examples/demo.py
 
 # The whole suite on two processes: a test file stays in one (its servers and clusters are
-# started once per file), and tests find free ports, so the two never collide.
+# started once per file), and tests find free ports, so the two never collide. A worker that
+# dies ends the run (a failure) instead of being replaced.
 test: lint typecheck docs
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=25 tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --max-worker-restart=0 --durations=25 tests
 
 # The quick loop: everything but the tests marked slow (torchrun, SIGKILL, subprocesses, large
 # data, the documentation's examples), on two processes (a test file stays in one).
