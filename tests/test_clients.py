@@ -46,13 +46,16 @@ SCENARIO_CASES = [
     for client in CLIENTS
     for path in client.paths
     for workers in client.workers
-] + [
+]
+SPAWNED_CASES = [
     pytest.param(
         client, next(iter(client.paths)), 2, "spawn", id=f"{client.name}-{next(iter(client.paths))}-2spawned"
     )
     for client in CLIENTS
     if client.spawn
 ]
+"""The runs whose workers are started by ``spawn``: the longest, run from test_clients_spawned.py
+so that the suite's two processes share the corpus."""
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +70,13 @@ def shards(tmp_path_factory) -> str:
 def test_a_client_gets_from_wdsx_the_batches_it_gets_from_its_webdataset(
     client: Client, path: str, workers: int, start_method: str | None, shards: str, tmp_path: Path
 ):
+    compare_scenario(client, path, workers, start_method, shards, tmp_path)
+
+
+def compare_scenario(
+    client: Client, path: str, workers: int, start_method: str | None, shards: str, tmp_path: Path
+) -> None:
+    """Run one client path on the pinned webdataset and on wdsx, and compare the batches."""
     try:
         sites = [client.site()]
         pinned_site = client.webdataset_site()

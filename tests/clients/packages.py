@@ -151,18 +151,24 @@ def wheel(requirement: str) -> Path:
     if found:
         return found[0]
     folder.mkdir(parents=True, exist_ok=True)
-    _pip(
-        "download",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--timeout",
-        "30",
-        "--retries",
-        "2",
-        "--dest",
-        str(folder),
-        requirement,
-    )
+    staging = Path(tempfile.mkdtemp(prefix=".download.", dir=folder))  # test processes may race
+    try:
+        _pip(
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--timeout",
+            "30",
+            "--retries",
+            "2",
+            "--dest",
+            str(staging),
+            requirement,
+        )
+        for downloaded in staging.glob("*.whl"):
+            os.replace(downloaded, folder / downloaded.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     found = sorted(folder.glob("*.whl"))
     if not found:
         raise RuntimeError(f"pip download {requirement} left no wheel in {folder}")
