@@ -15,7 +15,10 @@ from __future__ import annotations
 import ast
 import functools
 import glob
+import json
 import os
+import subprocess
+import sys
 from dataclasses import dataclass, field
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -174,10 +177,23 @@ def variables_read(paths: list[str]) -> dict[str, set[str]]:
     return found
 
 
+def scan_package() -> dict[str, list[str]]:
+    """:func:`variables_read` over every module of the package, as JSON-ready lists."""
+    found = variables_read(sorted(glob.glob(os.path.join(ROOT, "wdsx", "**", "*.py"), recursive=True)))
+    return {name: sorted(files) for name, files in found.items()}
+
+
 @functools.cache
 def read_by_wdsx() -> dict[str, set[str]]:
-    """:func:`variables_read` over every module of the package (scanned once per session)."""
-    return variables_read(sorted(glob.glob(os.path.join(ROOT, "wdsx", "**", "*.py"), recursive=True)))
+    """:func:`scan_package`, once per session, in a fresh interpreter: in a full parallel run,
+    CPython 3.11 once refused to parse any source in a test process after earlier tests there
+    ("AST constructor recursion depth mismatch"), which is no finding about the docs."""
+    code = (
+        "import json, sys; from tests.test_docs_environment import scan_package; "
+        "json.dump(scan_package(), sys.stdout)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    return {name: set(files) for name, files in json.loads(done.stdout).items()}
 
 
 def test_the_scan_finds_the_variables_behind_helpers_and_tables():
