@@ -28,11 +28,15 @@ install: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(BIN)/python examples/demo.py
 
-# The whole suite on two processes: a test file stays in one (its servers and clusters are
-# started once per file), and tests find free ports, so the two never collide. A worker that
-# dies ends the run (a failure) instead of being replaced.
+# The whole suite on two processes: a test file stays in one (its servers are started once
+# per file), and tests find free ports, so the two never collide. A worker that dies ends the
+# run (a failure) instead of being replaced. The Ray cluster's tests run on their own after:
+# twice, in parallel runs, the test process connected to the cluster as its driver was ended
+# (most likely by Ray, its health checks starved by the other process's load).
 test: lint typecheck docs
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --max-worker-restart=0 --durations=25 tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --max-worker-restart=0 --durations=25 \
+		--ignore=tests/test_ray_writer.py tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_ray_writer.py
 
 # The quick loop: everything but the tests marked slow (torchrun, SIGKILL, subprocesses, large
 # data, the documentation's examples), on two processes (a test file stays in one).
