@@ -1,0 +1,103 @@
+"""Recycled batch memory (wdsx.core.allocate): a batch's memory is reused only once nothing
+uses it any more, whatever holds it (a slice, a tensor, another thread)."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import numpy as np
+import pytest
+
+from wdsx.core import allocate
+from wdsx.core.allocate import RECYCLED_BYTES, Recycler
+
+SHAPE = (16, 128, 128, 3)  # 3 MiB as float32: over the size that is recycled
+assert np.prod(SHAPE) * 4 >= RECYCLED_BYTES
+
+
+def filled(recycler: Recycler, value: float) -> np.ndarray:
+    array = recycler.empty(SHAPE, np.float32)
+    array[...] = value
+    return array
+
+
+def test_memory_is_reused_once_the_batch_is_gone() -> None:
+    recycler = Recycler(spare=2)
+    first = filled(recycler, 1)
+    address = first.__array_interface__["data"][0]
+    del first
+    gc.collect()
+    assert len(recycler.free) == 1
+    second = recycler.empty(SHAPE, np.float32)
+    assert second.__array_interface__["data"][0] == address
+    assert not recycler.free
+
+
+@pytest.mark.parametrize("keep", ["slice", "tensor", "reshaped"])
+def test_memory_still_used_is_never_handed_out_again(keep: str) -> None:
+    recycler = Recycler(spare=2)
+    batch = filled(recycler, 1)
+    if keep == "slice":
+        kept = batch[3:5]
+    elif keep == "tensor":
+        torch = pytest.importorskip("torch")
+        kept = torch.from_numpy(batch)
+    else:
+        kept = batch.reshape(-1)
+    del batch
+    gc.collect()
+    assert not recycler.free
+    others = [filled(recycler, 2) for _ in range(3)]
+    assert float(kept.min()) == float(kept.max()) == 1.0  # untouched by the batches after it
+    del others
+
+
+def test_no_more_than_the_spare_count_is_kept() -> None:
+    recycler = Recycler(spare=2)
+    batches = [filled(recycler, n) for n in range(5)]
+    del batches
+    gc.collect()
+    assert len(recycler.free) == 2
+
+
+def test_sizes_are_not_mixed_up() -> None:
+    recycler = Recycler(spare=4)
+    small = recycler.empty((RECYCLED_BYTES,), np.uint8)
+    del small
+    gc.collect()
+    large = recycler.empty((2 * RECYCLED_BYTES,), np.uint8)
+    assert large.nbytes == 2 * RECYCLED_BYTES and len(recycler.free) == 1
+    large[...] = 7  # all of it is writable memory of its own
+    assert int(large.sum()) == 7 * 2 * RECYCLED_BYTES
+
+
+def test_small_and_object_arrays_come_from_numpy() -> None:
+    recycler = Recycler()
+    assert recycler.empty((10,), np.float32).base is None
+    assert recycler.empty((RECYCLED_BYTES,), object).dtype == object
+
+
+def test_threads_allocating_and_freeing_at_once_never_share_memory() -> None:
+    recycler = Recycler(spare=2)
+    errors: list[str] = []
+
+    def work(value: int) -> None:
+        for _ in range(50):
+            batch = filled(recycler, value)
+            if not (batch == value).all():
+                errors.append(f"thread {value} saw another thread's values")
+            del batch
+
+    threads = [threading.Thread(target=work, args=(value,)) for value in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+
+
+def test_the_default_allocator_recycles() -> None:
+    array = allocate.empty(SHAPE, np.float32)
+    assert array.shape == SHAPE and array.dtype == np.float32 and array.flags.writeable
+    assert not allocate.shared()
