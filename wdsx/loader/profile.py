@@ -151,11 +151,12 @@ class LoaderWatch:
             stalls, channel = self.stats.stalls, self.channel
 
             def report(text: str) -> None:
-                logging.getLogger("wdsx").warning(text)
+                # Recorded before it is logged: whoever the log wakes finds it in the stats.
                 if in_process:
                     stalls.append(text)
                 elif channel is not None:
                     channel.put(text)
+                logging.getLogger("wdsx").warning(text)
 
             side.watchdog = Watchdog(
                 self.stall_timeout, -1 if in_process else worker, side.count, observer, report
