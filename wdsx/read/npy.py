@@ -260,13 +260,24 @@ def read_row(url: str, header: NpyHeader, index: int, options: SourceOptions | N
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
+_MIX = ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB), (31, 1))
+"""SplitMix64's finaliser: ``x ^= x >> shift; x *= factor``, three times (the last factor 1)."""
+
+
 def draws(seed: int, n: int) -> np.ndarray:
-    """``rng.draw(seed, i)`` for ``i`` in ``range(n)``, computed as one array (SplitMix64)."""
+    """``rng.draw(seed, i)`` for ``i`` in ``range(n)``, computed as one array (SplitMix64), in
+    place: a shard's row order is computed every epoch, and temporaries cost more than the math."""
+    x = np.arange(n, dtype=np.uint64)
+    shifted = np.empty_like(x)
     with np.errstate(over="ignore"):
-        x = np.arange(n, dtype=np.uint64) * _GOLDEN + np.uint64(seed) + _GOLDEN
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return x ^ (x >> np.uint64(31))
+        x *= _GOLDEN
+        x += np.uint64((seed + int(_GOLDEN)) & 0xFFFFFFFFFFFFFFFF)
+        for shift, factor in _MIX:
+            np.right_shift(x, np.uint64(shift), out=shifted)
+            x ^= shifted
+            if factor != 1:
+                x *= np.uint64(factor)
+    return x
 
 
 def epoch_row_seed(seed: int, epoch: int) -> int:
