@@ -126,7 +126,8 @@ class Measured:
     first_batch_s: dict[str, float] = field(default_factory=dict)
 
 
-def _cpu_seconds() -> float:
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its children that have ended and been waited for."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
@@ -134,7 +135,7 @@ def _cpu_seconds() -> float:
 def run_loader(loader: Callable[[], Any]) -> tuple[int, float, float, float]:
     """Samples, seconds, seconds to the first batch and CPU seconds of one pass (building the
     loader included); the batch's last element is the label column."""
-    cpu = _cpu_seconds()
+    cpu = cpu_seconds()
     start = time.perf_counter()
     first = None
     count = 0
@@ -142,7 +143,7 @@ def run_loader(loader: Callable[[], Any]) -> tuple[int, float, float, float]:
         if first is None:
             first = time.perf_counter() - start
         count += len(batch[-1])
-    return count, time.perf_counter() - start, first or 0.0, _cpu_seconds() - cpu
+    return count, time.perf_counter() - start, first or 0.0, cpu_seconds() - cpu
 
 
 def measure(case: Case, repeats: int) -> Measured:
@@ -155,9 +156,9 @@ def measure(case: Case, repeats: int) -> Measured:
             count, seconds, first, cpu = run_loader(loader)
             runs[name].append((count / seconds, 1000 * cpu / count, first))
         for name, work in references.items():
-            cpu = _cpu_seconds()
+            cpu = cpu_seconds()
             rate = bound.decode_rate(payloads, work, case.processes)
-            runs[name].append((rate, 1000 * (_cpu_seconds() - cpu) / len(payloads), 0.0))
+            runs[name].append((rate, 1000 * (cpu_seconds() - cpu) / len(payloads), 0.0))
     result = Measured()
     for name, values in runs.items():
         result.rates[name] = statistics.median(v[0] for v in values)

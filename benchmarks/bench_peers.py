@@ -8,9 +8,12 @@ files, the way its documentation loads images). Measured per loader:
 
 * raw reading: samples per second of bytes, in this process, nothing decoded;
 * the decode loader: to a 256x256 RGB uint8 array, batches of 64, 2 workers (DataLoader
-  processes; threads for torchdata.nodes' ``ParallelMapper``, and wdsx once more with one
-  worker decoding on 2 threads), samples per second and CPU time per sample of the process
+  processes; threads for torchdata.nodes' ``ParallelMapper``, and wdsx once more with thread
+  workers), samples per second and CPU time per sample of the process
   tree, beside the decoder alone in 2 processes (:mod:`benchmarks.bound`);
+* peak memory: the PSS of the decode loader's process tree (:mod:`benchmarks.memory`) over one
+  pass, in a fresh Python process per loader (PSS counts the pages forked workers share with
+  the trainer once, not once per worker as RSS would);
 * resume at 90%: from building a loader with the checkpoint taken at 90% of the epoch (each
   loader's own mechanism) to its first batch; the samples that follow are counted once;
 * start-up: from building a fresh loader to its first batch.
@@ -27,8 +30,10 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
+import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -37,7 +42,8 @@ from typing import Any
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from benchmarks import bound  # noqa: E402
-from benchmarks.bench_loader import run_loader  # noqa: E402
+from benchmarks.bench_loader import cpu_seconds, run_loader  # noqa: E402
+from benchmarks.memory import PeakPss  # noqa: E402
 from benchmarks.peers import BATCH, PEERS, WORKERS, Images, Peer, decode, images  # noqa: E402
 
 RESUME_AT = 0.9
@@ -146,6 +152,25 @@ def measure_round(peer: Peer, images: Images, state: Any, runs: Runs) -> None:
         runs.add("resume", resumed(peer, images, state)[0])
 
 
+def peak_pss(peer: Peer, images: Images) -> float | None:
+    """Peak PSS in MB of this process's tree (the loader's workers included) over one decode
+    pass of the loader; meant for a fresh process that runs nothing else (:func:`memory_of`)."""
+    with PeakPss() as peak:
+        for _ in peer.loader(images):
+            pass
+    return peak.megabytes
+
+
+def memory_of(peer: Peer, images: Images) -> float | None:
+    """The peak PSS of one decode pass of the loader, measured in a fresh Python process, so
+    that this process's own memory (its images, the other loaders' imports) is not counted."""
+    command = [sys.executable, os.path.abspath(__file__), "--samples", str(images.samples)]
+    output = subprocess.run(
+        [*command, "--memory-of", peer.name], check=True, capture_output=True, text=True
+    ).stdout
+    return json.loads(output.strip().splitlines()[-1])
+
+
 def measure(images: Images, repeats: int, peers: tuple[Peer, ...] = PEERS) -> Result:
     """Prepare every loader, then ``repeats`` rounds in which the loaders and the bound take
     turns. A loader that fails is reported with the reason, and the others go on."""
@@ -171,7 +196,12 @@ def measure(images: Images, repeats: int, peers: tuple[Peer, ...] = PEERS) -> Re
             except Exception as error:
                 result.unavailable[peer.name] = "failed while measured: " + _reason(error)
                 del result.runs[peer.name]
+        cpu = cpu_seconds()
         result.runs["bound"].add("decode", bound.decode_rate(payloads, decode, WORKERS))
+        result.runs["bound"].add("cpu_ms", 1000 * (cpu_seconds() - cpu) / len(payloads))
+    for peer in peers:
+        if peer.name in result.runs and (megabytes := memory_of(peer, images)) is not None:
+            result.runs[peer.name].add("pss", megabytes)
     return result
 
 
@@ -180,6 +210,7 @@ MEASURES = (
     ("raw", "raw reading, bytes, 1 process", True, lambda v: f"{v:,.0f} /s"),
     ("decode", f"decode to RGB uint8, batch {BATCH}, {WORKERS} workers", True, lambda v: f"{v:,.0f} /s"),
     ("cpu_ms", "CPU per decoded sample, process tree", False, lambda v: f"{v:.2f} ms"),
+    ("pss", "peak memory of the decode loader's process tree (PSS)", False, lambda v: f"{v:,.0f} MB"),
     ("resume", "first batch after resuming at 90%", False, lambda v: f"{1000 * v:,.0f} ms"),
     ("startup", "first batch of a fresh epoch", False, lambda v: f"{1000 * v:,.0f} ms"),
 )
@@ -209,7 +240,9 @@ def _label(result: Result, name: str) -> str:
 def table(result: Result) -> str:
     """Loaders by measure, each value with its fraction of the best loader's in brackets."""
     bound_rate = result.runs["bound"].median("decode") or 0.0
-    headings = ["loader", *(heading for _, heading, _, _ in MEASURES), "decode / bound"]
+    bound_cpu = result.runs["bound"].median("cpu_ms") or 0.0
+    headings = ["loader", *(heading for _, heading, _, _ in MEASURES)]
+    headings += ["decode / bound", "CPU: bound / loader"]
     lines = ["| " + " | ".join(headings) + " |", "|" + "---|" * len(headings)]
     for name, runs in result.runs.items():
         if name == "bound":
@@ -221,15 +254,16 @@ def table(result: Result) -> str:
                 cells.append("no checkpoint" if key == "resume" else "")
             else:
                 cells.append(f"{shown(value)} ({_of_best(value, best[1], higher):.2f})")
-        rate = runs.median("decode")
+        rate, cpu_ms = runs.median("decode"), runs.median("cpu_ms")
         cells.append(f"{rate / bound_rate:.2f}" if rate and bound_rate else "")
+        cells.append(f"{bound_cpu / cpu_ms:.2f}" if cpu_ms and bound_cpu else "")
         lines.append("| " + " | ".join(cells) + " |")
     for name, reason in result.unavailable.items():
         lines.append(f"| {_label(result, name)} | unavailable: {reason} |" + " |" * len(MEASURES))
     lines.append(
         f"\n{result.samples:,} JPEGs of ~24 KB, medians of {result.repeats} interleaved rounds; "
         f"(brackets): fraction of the best loader's value; the decoder alone in {WORKERS} processes "
-        f"(the bound): {bound_rate:,.0f} /s."
+        f"(the bound): {bound_rate:,.0f} /s, {bound_cpu:.2f} ms of CPU per sample."
     )
     return "\n".join(lines)
 
@@ -249,6 +283,12 @@ def _compared(result: Result, key: str, higher: bool, name: str) -> str:
     if key == "decode" and bound_rate:
         text += (
             f"; of the bound ({bound_rate:,.0f} /s): {mine / bound_rate:.2f} and {theirs / bound_rate:.2f}"
+        )
+    bound_cpu = result.runs["bound"].median("cpu_ms")
+    if key == "cpu_ms" and bound_cpu:
+        text += (
+            f"; the bound's CPU per sample ({bound_cpu:.2f} ms) over theirs: "
+            f"{bound_cpu / mine:.2f} and {bound_cpu / theirs:.2f}"
         )
     if key == "resume":
         expected = result.samples - int(result.samples * RESUME_AT) // BATCH * BATCH
@@ -288,7 +328,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--samples", type=int, default=20_000, help="JPEGs (2,000 for a smoke test)")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--memory-of", metavar="LOADER", help="only print one loader's peak PSS (MB)")
     args = parser.parse_args()
+    if args.memory_of:
+        (peer,) = (peer for peer in PEERS if peer.name == args.memory_of)
+        print(json.dumps(peak_pss(peer, images(args.samples))))
+        return
     result = measure(images(args.samples), args.repeats)
     print(table(result))
     print("\nThe rows `make bench` records:")

@@ -110,7 +110,7 @@ class Peer:
 
 class Wdsx(Peer):
     name = package = "wdsx"
-    workers, threads = WORKERS, 1
+    worker_type = "process"
 
     def raw(self, images: Images) -> Iterable[Any] | None:
         import wdsx
@@ -122,7 +122,7 @@ class Wdsx(Peer):
 
         dataset = wdsx.WebDataset(images.urls, shardshuffle=False).decode("rgb8").to_tuple("jpg", "cls")
         loader = wdsx.WebLoader(
-            dataset.batched(BATCH), batch_size=None, num_workers=self.workers, decode_threads=self.threads
+            dataset.batched(BATCH), batch_size=None, num_workers=WORKERS, worker_type=self.worker_type
         )
         if state is not None:
             loader.load_state_dict(state)
@@ -130,13 +130,13 @@ class Wdsx(Peer):
 
 
 class WdsxThreads(Wdsx):
-    """wdsx decoding on threads, as torchdata.nodes does: one worker process, two threads."""
+    """wdsx with thread workers, as torchdata.nodes decodes: every worker a thread of this process."""
 
     name = "wdsx threads"
-    workers, threads = 1, WORKERS
+    worker_type = "thread"
 
     def label(self) -> str:
-        return f"wdsx {self.version()} (1 worker x {self.threads} decode threads)"
+        return f"wdsx {self.version()} ({WORKERS} thread workers)"
 
     def raw(self, images: Images) -> Iterable[Any] | None:
         return None
