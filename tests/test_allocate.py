@@ -4,6 +4,7 @@ uses it any more, whatever holds it (a slice, a tensor, another thread)."""
 from __future__ import annotations
 
 import gc
+import os
 import threading
 
 import numpy as np
@@ -95,6 +96,24 @@ def test_threads_allocating_and_freeing_at_once_never_share_memory() -> None:
     for thread in threads:
         thread.join()
     assert not errors
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_forked_child_writes_to_its_own_copy() -> None:
+    """As with ``malloc``'s memory: a child that changes a batch does not change its parent's."""
+    recycler = Recycler()
+    batch = filled(recycler, 1)
+    spare = filled(recycler, 1)
+    del spare
+    gc.collect()  # one map waits in the recycler as well
+    pid = os.fork()
+    if pid == 0:  # the child: write everywhere it can, then leave without cleaning up
+        batch[...] = 9
+        recycler.empty(SHAPE, np.float32)[...] = 9
+        os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert float(batch.min()) == float(batch.max()) == 1.0
+    assert float(recycler.empty(SHAPE, np.float32).max()) == 1.0  # the spare map, as it was left
 
 
 def test_the_default_allocator_recycles() -> None:

@@ -51,7 +51,7 @@ class Recycler:
         nbytes = math.prod(shape) * dtype.itemsize  # (``np.prod`` costs more than a small batch)
         if nbytes < RECYCLED_BYTES or dtype.hasobject:
             return np.empty(shape, dtype)
-        memory = self._take(nbytes) or mmap.mmap(-1, nbytes)
+        memory = self._take(nbytes) or _private_memory(nbytes)
         # Every view of ``base`` (the array returned, its slices, a tensor from it) keeps it
         # alive, so its end is the end of every use of the memory.
         base = np.frombuffer(memory, dtype=np.uint8, count=nbytes)
@@ -72,6 +72,14 @@ class Recycler:
             self.free.append(memory)
             while len(self.free) > self.spare:
                 self.free.popleft()  # unmapped once nothing uses it
+
+
+def _private_memory(nbytes: int) -> mmap.mmap:
+    """``nbytes`` of zeroed memory of this process's own: copied on write in a forked child, as
+    ``malloc``'s is (``mmap``'s default for anonymous memory shares it with children instead)."""
+    if hasattr(mmap, "MAP_PRIVATE"):
+        return mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    return mmap.mmap(-1, nbytes)  # Windows: anonymous memory is the process's own
 
 
 _recycler = Recycler()
