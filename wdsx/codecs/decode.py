@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from wdsx.codecs import tenbin
+from wdsx.core.astlock import AST_LOCK
 from wdsx.core.compression import inflate
 from wdsx.core.env import ALLOW_PICKLE, pickle_allowed, secure_mode
 from wdsx.core.errors import DecodingError
@@ -106,7 +107,8 @@ def unpickle_loads(data: bytes) -> Any:
 
 
 def npy_loads(data: bytes) -> np.ndarray:
-    return np.lib.format.read_array(io.BytesIO(data), allow_pickle=False)
+    with AST_LOCK:  # numpy parses the header with ``ast``
+        return np.lib.format.read_array(io.BytesIO(data), allow_pickle=False)
 
 
 def npz_loads(data: bytes) -> dict[str, np.ndarray]:
@@ -117,7 +119,8 @@ def npz_loads(data: bytes) -> dict[str, np.ndarray]:
         inflation = Inflation.from_environment()
         if declared > inflation.allowed(len(data)):
             raise ValueError(f"the .npz archive is refused: {inflation.refusal(declared, len(data))}")
-        return dict(archive)
+        with AST_LOCK:  # numpy parses each member's header with ``ast``
+            return dict(archive)
 
 
 def msgpack_loads(data: bytes) -> Any:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from wdsx.core import allocate, rng
+from wdsx.core.astlock import AST_LOCK
 from wdsx.core.errors import ShardError
 from wdsx.read.formats import format_of, shard_stem, with_extra
 from wdsx.read.rows import RowKeys, RowPositions, join_columns
@@ -130,8 +131,10 @@ def _header_fields(head: bytes, text: bytes) -> tuple[tuple[int, ...], bool, np.
         stream = io.BytesIO(head + text)
         np.lib.format.read_magic(stream)
         reader = np.lib.format.read_array_header_1_0 if head[6] == 1 else np.lib.format.read_array_header_2_0
-        return reader(stream, max_header_size=MAX_HEADER)
-    fields = ast.literal_eval(text.decode("utf-8"))
+        with AST_LOCK:  # numpy parses the text with ``ast``
+            return reader(stream, max_header_size=MAX_HEADER)
+    with AST_LOCK:
+        fields = ast.literal_eval(text.decode("utf-8"))
     if not isinstance(fields, dict) or fields.keys() != {"descr", "fortran_order", "shape"}:
         raise ValueError(f"the header is not a dict of descr, fortran_order and shape: {text[:200]!r}")
     shape, fortran = fields["shape"], fields["fortran_order"]
