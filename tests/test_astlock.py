@@ -33,7 +33,7 @@ def test_npy_headers_parsed_in_threads_during_collections_never_fail() -> None:
     errors: list[str] = []
 
     def work() -> None:
-        for _ in range(3000):
+        for _ in range(1000):
             try:
                 assert np.array_equal(npy_loads(data), array)
                 source = io.BytesIO(data)
