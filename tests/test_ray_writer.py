@@ -212,8 +212,19 @@ def kill_every_attempt(cluster: RayCluster, gate, out) -> dict[str, os.stat_resu
     return finished_before
 
 
-@pytest.fixture
-def sink_class(driver: RayCluster) -> type:
+@pytest.fixture(scope="module")
+def data_driver(cluster: RayCluster) -> Iterator[RayCluster]:
+    """This process connected to the cluster once for every Ray Data test, as a Ray Data
+    program is: Ray Data leaves actors of its own on the cluster for the next datasets."""
+    ray.init(address=cluster.address)
+    try:
+        yield cluster
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def sink_class(data_driver: RayCluster) -> type:
     """ShardSink (imported here: Ray Data takes a while to import, and needs pyarrow)."""
     pytest.importorskip("ray.data", reason="the Ray Data sink needs ray[data] and pyarrow")
     from wdsx.write.raysink import ShardSink
