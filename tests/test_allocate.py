@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -114,6 +116,39 @@ def test_a_forked_child_writes_to_its_own_copy() -> None:
     assert os.waitpid(pid, 0)[1] == 0
     assert float(batch.min()) == float(batch.max()) == 1.0
     assert float(recycler.empty(SHAPE, np.float32).max()) == 1.0  # the spare map, as it was left
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_child_forked_while_another_thread_holds_the_lock_can_allocate() -> None:
+    recycler = Recycler()
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with recycler.lock:
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(30)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: the thread holding the lock does not exist here
+            batch = filled(recycler, 3)
+            del batch
+            gc.collect()
+            os._exit(0 if len(recycler.free) == 1 else 1)
+    finally:
+        release.set()
+        holder.join()
+    deadline = time.monotonic() + 60
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung on the recycler's lock")
+    assert done[1] == 0
 
 
 def test_the_default_allocator_recycles() -> None:

@@ -18,8 +18,10 @@ in reader threads are freed in another thread (tens of MB on a 2-thread image lo
 from __future__ import annotations
 
 import collections
+import functools
 import math
 import mmap
+import os
 import threading
 import weakref
 from collections.abc import Callable
@@ -44,6 +46,8 @@ class Recycler:
         self.spare = spare
         self.free: collections.deque[mmap.mmap] = collections.deque()
         self.lock = threading.RLock()  # re-entered if a collection frees an array meanwhile
+        if hasattr(os, "register_at_fork"):  # a fork while another thread held the lock
+            os.register_at_fork(after_in_child=functools.partial(_new_lock, weakref.ref(self)))
 
     def empty(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         """An uninitialised array of ``shape`` and ``dtype``."""
@@ -72,6 +76,14 @@ class Recycler:
             self.free.append(memory)
             while len(self.free) > self.spare:
                 self.free.popleft()  # unmapped once nothing uses it
+
+
+def _new_lock(recycler: weakref.ref[Recycler]) -> None:
+    """In a forked child: a fresh lock for the recycler, if it still exists (the parent's may
+    have been held by a thread the child does not have, and would stay held for good)."""
+    alive = recycler()
+    if alive is not None:
+        alive.lock = threading.RLock()
 
 
 def _private_memory(nbytes: int) -> mmap.mmap:
