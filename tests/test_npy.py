@@ -17,7 +17,7 @@ import wdsx
 from tests.fixtures.records import make_npy_shards
 from tests.fixtures.trials import EPOCHS, TRIAL_SPACE, batch_keys, resume_trial
 from wdsx.core import rng
-from wdsx.read.npy import draws
+from wdsx.read.npy import _sorting_permutation, draws, row_order
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +77,19 @@ def test_arrays_without_readable_rows_are_refused(tmp_path, array, reason):
 def test_the_row_permutation_is_splitmix64():
     seed = rng.derive_seed("any")
     assert draws(seed, 5).tolist() == [rng.draw(seed, i) for i in range(5)]
+
+
+@pytest.mark.parametrize("rows", [0, 1, 2, 5, 1000, 20_000, 300_000])
+def test_a_row_order_sorts_the_rows_draws(rows):
+    for seed in range(5):
+        expected = np.argsort(draws(rng.derive_seed("rows", seed, "feats.npy"), rows))
+        assert np.array_equal(row_order(rows, "feats.npy", seed), expected)
+
+
+def test_draws_that_tie_in_their_high_bits_are_still_sorted_by_their_low_bits():
+    keys = np.array([(7 << 40) | 3, (7 << 40) | 1, 5], dtype=np.uint64)
+    assert np.argsort(keys).tolist() == [2, 1, 0]
+    assert _sorting_permutation(keys.copy()) is None  # row_order then sorts with argsort
 
 
 def test_shuffled_epochs_permute_each_shard_and_change(shards):
