@@ -86,7 +86,7 @@ def test_a_row_order_sorts_the_rows_draws(rows):
         assert np.array_equal(row_order(rows, "feats.npy", seed), expected)
 
 
-def test_draws_that_tie_in_their_high_bits_are_still_sorted_by_their_low_bits():
+def test_draws_that_tie_in_their_high_bits_are_left_to_argsort():
     keys = np.array([(7 << 40) | 3, (7 << 40) | 1, 5], dtype=np.uint64)
     assert np.argsort(keys).tolist() == [2, 1, 0]
     assert _sorting_permutation(keys.copy()) is None  # row_order then sorts with argsort

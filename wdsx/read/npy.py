@@ -32,7 +32,7 @@ from wdsx.core import allocate, rng
 from wdsx.core.astlock import AST_LOCK
 from wdsx.core.errors import ShardError
 from wdsx.read.formats import format_of, shard_stem, with_extra
-from wdsx.read.rows import RowKeys, RowPositions, join_columns
+from wdsx.read.rows import RowKeys, RowPositions, RowSource, join_columns
 from wdsx.read.samples import POSITION, Cursor
 from wdsx.read.tar import read_exact
 from wdsx.sources import LocalSource, Source, SourceOptions, local_path, open_source, rewrite_url
@@ -355,7 +355,7 @@ class ConstantColumns:
             batch[name] = filled.copy()
 
 
-class RowPiece:
+class RowPiece(RowSource):
     """The samples of ordinals ``[cursor.ordinal, stop)`` of one shard, in the epoch's row
     order, one by one (an iterator) or a whole batch at a time (:meth:`take`). The cursor
     holds the ordinal and row of the next sample."""
