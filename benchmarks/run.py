@@ -225,7 +225,8 @@ def main() -> None:
 def save(measured: dict[str, list[Row]]) -> None:
     """Write the table so far to ``bench-out/results.md`` and ``results.json``, and the dated copy
     with the machine it ran on to ``benchmarks/results/``: there, the sections run now replace
-    their rows of an earlier run the same day, and the other sections' rows stay."""
+    their rows of an earlier run the same day, and the other sections' rows stay, each row
+    with the commit it was measured at."""
     rows = [row for section_rows in measured.values() for row in section_rows]
     os.makedirs(data.ROOT, exist_ok=True)
     with open(os.path.join(data.ROOT, "results.md"), "w") as stream:
@@ -235,12 +236,18 @@ def save(measured: dict[str, list[Row]]) -> None:
     today = datetime.date.today().isoformat()
     os.makedirs(RESULTS_DIR, exist_ok=True)
     path = os.path.join(RESULTS_DIR, f"{today}.json")
+    commit = _git_commit()  # before the result file changes, which would make the checkout dirty
     kept = [row for row in _earlier_rows(path) if row.get("section") not in measured]
-    new = [{**dict(zip(COLUMNS, row)), "section": name} for name, rows in measured.items() for row in rows]
+    new = [
+        {**dict(zip(COLUMNS, row)), "section": name, "commit": commit}
+        for name, rows in measured.items()
+        for row in rows
+    ]
+    order = {name: number for number, name in enumerate(SECTIONS)}
+    by_section = sorted(kept + new, key=lambda row: order.get(row["section"], 0))
+    record = dated_record(today, commit, by_section)
     with open(path, "w") as stream:
-        order = {name: number for number, name in enumerate(SECTIONS)}
-        by_section = sorted(kept + new, key=lambda row: order.get(row["section"], 0))
-        json.dump(dated_record(today, by_section), stream, indent=1)
+        json.dump(record, stream, indent=1)
         stream.write("\n")
 
 
@@ -259,12 +266,12 @@ RESULTS_DIR = os.path.join(os.path.dirname(__file__), "results")
 COLUMNS = ("benchmark", "wdsx", "webdataset", "ratio", "target")
 
 
-def dated_record(today: str, rows: list[dict]) -> dict:
-    """One run as the docs read it: when, on what, at which commit, and the table's rows by
-    column (with their section)."""
+def dated_record(today: str, commit: str, rows: list[dict]) -> dict:
+    """One day's runs as the docs read them: when, on what, the commit of the latest run, and
+    the table's rows by column, each with its section and the commit it was measured at."""
     return {
         "date": today,
-        "commit": _git_commit(),
+        "commit": commit,
         "machine": {
             "python": platform.python_version(),
             "platform": platform.platform(),

@@ -157,9 +157,25 @@ def test_committed_result_files_have_the_shape_the_page_reads():
             record = json.load(stream)
         assert os.path.basename(path) == f"{record['date']}.json"
         # each row also names the `make bench` section that measured it (run.py --only keeps
-        # the other sections' rows of the same day by it)
-        assert record["rows"] and all(set(row) - {"section"} == set(COLUMNS) for row in record["rows"])
+        # the other sections' rows of the same day by it), and may name its commit
+        extra = {"section", "commit"}
+        assert record["rows"] and all(set(row) - extra == set(COLUMNS) for row in record["rows"])
         assert all(isinstance(row.get("section", ""), str) for row in record["rows"])
+        assert all(isinstance(row.get("commit", ""), str) for row in record["rows"])
+
+
+def test_sections_measured_at_other_commits_are_named_with_their_commits(tmp_path):
+    rows = [
+        {**ROWS[0], "section": "read", "commit": "1111111"},
+        {**ROWS[1], "section": "loader", "commit": "2222222"},
+        {**ROWS[2], "section": "loader", "commit": "2222222"},
+        {**ROWS[3], "section": "formats"},  # an older row without its own: the run's commit
+    ]
+    write_run(tmp_path, "2026-01-02", rows)
+    page = benchresults.performance_section(str(tmp_path))
+    assert "at commits `1111111` (read), `2222222` (loader), `abc1234` (formats)" in page
+    write_run(tmp_path, "2026-01-02", ROWS)
+    assert "at commit `abc1234` on 2 CPUs" in benchresults.performance_section(str(tmp_path))
 
 
 def test_the_command_line_page_holds_every_subcommand():

@@ -66,14 +66,28 @@ def machine_line(run: Run) -> str:
     """Where and when the run was measured, in one sentence."""
     machine = run.machine
     parts = [f"Measured on {run.date}"]
-    if run.commit:
-        parts.append(f"at commit `{run.commit}`")
+    if commits := commits_line(run):
+        parts.append(commits)
     if machine:
         parts.append(
             f"on {machine.get('cpus', '?')} CPUs ({machine.get('processor', '?')}, "
             f"{machine.get('platform', '?')}), Python {machine.get('python', '?')}"
         )
     return " ".join(parts) + "."
+
+
+def commits_line(run: Run) -> str:
+    """At which commit the rows were measured: one, or each with its sections when the day's
+    sections ran at different commits (rows without their own commit have the run's)."""
+    sections: dict[str, list[str]] = {}
+    for row in run.rows:
+        names = sections.setdefault(row.get("commit") or run.commit, [])
+        if (section := row.get("section", "")) and section not in names:
+            names.append(section)
+    sections.pop("", None)
+    if len(sections) <= 1:
+        return "".join(f"at commit `{commit}`" for commit in sections)
+    return "at commits " + ", ".join(f"`{commit}` ({', '.join(names)})" for commit, names in sections.items())
 
 
 def bar_chart(run: Run) -> str:
