@@ -17,6 +17,7 @@ import wdsx
 from tests.fixtures.records import make_npy_shards
 from tests.fixtures.trials import EPOCHS, TRIAL_SPACE, batch_keys, resume_trial
 from wdsx.core import rng
+from wdsx.read import npy
 from wdsx.read.npy import _sorting_permutation, draws, row_order
 
 
@@ -90,6 +91,13 @@ def test_draws_that_tie_in_their_high_bits_are_left_to_argsort():
     keys = np.array([(7 << 40) | 3, (7 << 40) | 1, 5], dtype=np.uint64)
     assert np.argsort(keys).tolist() == [2, 1, 0]
     assert _sorting_permutation(keys.copy()) is None  # row_order then sorts with argsort
+
+
+def test_a_row_order_whose_draws_tie_is_argsorts(monkeypatch):
+    # as when high bits tie: no order, and the draws overwritten
+    monkeypatch.setattr(npy, "_sorting_permutation", lambda keys: keys.fill(0))
+    expected = np.argsort(draws(rng.derive_seed("rows", 3, "feats.npy"), 1000))
+    assert np.array_equal(row_order(1000, "feats.npy", 3), expected)
 
 
 def test_shuffled_epochs_permute_each_shard_and_change(shards):

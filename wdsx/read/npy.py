@@ -267,8 +267,8 @@ def read_row(url: str, header: NpyHeader, index: int, options: SourceOptions | N
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
-_MIX = ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB), (31, 1))
-"""SplitMix64's finaliser: ``x ^= x >> shift; x *= factor``, three times (the last factor 1)."""
+_MIX = ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB))
+"""SplitMix64's finaliser, before its last step: ``x ^= x >> shift; x *= factor``, twice."""
 
 
 def draws(seed: int, n: int) -> np.ndarray:
@@ -282,8 +282,9 @@ def draws(seed: int, n: int) -> np.ndarray:
         for shift, factor in _MIX:
             np.right_shift(x, np.uint64(shift), out=shifted)
             x ^= shifted
-            if factor != 1:
-                x *= np.uint64(factor)
+            x *= np.uint64(factor)
+        np.right_shift(x, np.uint64(31), out=shifted)  # the last step: ``x ^= x >> 31``
+        x ^= shifted
     return x
 
 
