@@ -9,9 +9,9 @@ runs with 0 and 2 DataLoader workers, training paths for 2 epochs; timm's traini
 runs with 2 workers started by ``spawn``, which re-import timm and unpickle its dataset.
 
 The batches must be identical where the client's order is deterministic; where it shuffles
-with an unseeded generator, each epoch must hold the same samples in batches of the same
-shapes; where it resamples shards forever (LAVIS), the batches must have the same shapes and
-hold only the dataset's samples, intact. One client writes shards (img2dataset): there the
+with an unseeded generator, each worker's batches of an epoch must hold the same samples, in
+batches of the same shapes; where it resamples shards forever (LAVIS), the batches must have
+the same shapes and hold only the dataset's samples, intact. One client writes shards (img2dataset): there the
 "batches" are the members of the tar it writes, which must be identical.
 
 The packages come from the package index (downloaded once into .cache/clients, never copied
@@ -92,8 +92,11 @@ def compare_scenario(
         for used in [record["webdataset"], *record["workers_webdataset"]]:
             assert used and Path(used).is_relative_to(run_on), f"ran on {used}, not on {run_on}"
     assert all(pinned["epochs"]), "the oracle run read nothing"
-    compare = COMPARISONS[client.paths[path]]
-    compare(pinned["epochs"], ours["epochs"])
+    comparison = client.paths[path]
+    if comparison == "same samples":
+        same_samples(pinned["epochs"], ours["epochs"], streams=max(1, workers))
+    else:
+        COMPARISONS[comparison](pinned["epochs"], ours["epochs"])
 
 
 class Scenario:
@@ -164,15 +167,18 @@ def identical(pinned: list[list[Any]], ours: list[list[Any]]) -> None:
         )
 
 
-def same_samples(pinned: list[list[Any]], ours: list[list[Any]]) -> None:
-    """Each epoch: batches of the same shapes, holding the same samples."""
+def same_samples(pinned: list[list[Any]], ours: list[list[Any]], streams: int = 1) -> None:
+    """Each epoch: batches of the same shapes; each of the ``streams`` workers' batches (the
+    DataLoader takes one from each worker in turn) holding the same samples."""
     for epoch, (expected, got) in enumerate(zip(pinned, ours, strict=True)):
         assert [shapes(batch) for batch in got] == [shapes(batch) for batch in expected], f"epoch {epoch}"
-        missing = Counter(samples(expected)) - Counter(samples(got))
-        extra = Counter(samples(got)) - Counter(samples(expected))
-        assert not missing and not extra, (
-            f"epoch {epoch}: wdsx lacks {sorted(sample_names(missing))}, adds {sorted(sample_names(extra))}"
-        )
+        for worker in range(streams):
+            missing = Counter(samples(expected[worker::streams])) - Counter(samples(got[worker::streams]))
+            extra = Counter(samples(got[worker::streams])) - Counter(samples(expected[worker::streams]))
+            assert not missing and not extra, (
+                f"epoch {epoch}, worker {worker}: wdsx lacks {sorted(sample_names(missing))}, "
+                f"adds {sorted(sample_names(extra))}"
+            )
 
 
 def resampled(pinned: list[list[Any]], ours: list[list[Any]]) -> None:

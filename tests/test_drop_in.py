@@ -898,6 +898,23 @@ case(
     """,
 )
 
+case(
+    "with-epoch-restarts-a-pipeline-with-a-stage-of-its-own",
+    """
+    import webdataset as wds
+
+    class EveryOther(wds.PipelineStage):
+        def run(self, src):
+            for index, sample in enumerate(src):
+                if index % 2 == 0:
+                    yield sample
+
+    stages = wds.SimpleShardList(DATA["urls"]), wds.tarfile_to_samples(), EveryOther()
+    dataset = wds.DataPipeline(*stages).with_epoch(3)
+    result = [[s["__key__"] for s in dataset] for _ in range(2)]
+    """,
+)
+
 # Deliberate differences.
 
 case(

@@ -105,7 +105,8 @@ class _WorkerStream:
         # A copy, so that making a with_epoch() dataset endless here (the loader counts the
         # nominal epoch instead) leaves the caller's object alone when there are no workers.
         dataset = self.dataset = copy.copy(self.dataset)
-        dataset.nsamples = -1
+        if dataset.continues_across_iters():
+            dataset.nsamples = -1
         self.resumable = not dataset.not_resumable()
         start = self.starts[slot]
         self.finished = bool(start and start.get("finished"))
@@ -588,10 +589,11 @@ class WebLoader(DataPipeline):
 
     def epoch_limits(self) -> tuple[int, int]:
         dataset = self.dataset
-        if isinstance(dataset, DataPipeline) and dataset.nsamples > 0 and self.nsamples <= 0:
+        if isinstance(dataset, DataPipeline) and self.nsamples <= 0 and dataset.continues_across_iters():
             # dataset.with_epoch(n): n items per worker per epoch. The workers stream without
             # end and the loader cuts its epochs at n x workers items, so each epoch continues
-            # the streams where the last one stopped (checkpoints included).
+            # the streams where the last one stopped (checkpoints included). A dataset that
+            # restarts instead runs one DataLoader pass per epoch, each worker yielding its n.
             return sys.maxsize, dataset.nsamples * self.slots
         return self.repetitions, self.nsamples
 

@@ -233,7 +233,8 @@ class DataPipeline(FluidInterface):
         """Make each ``iter()`` yield exactly this many items from an endless stream.
 
         The stream continues where the previous ``iter()`` stopped (webdataset restarts it),
-        running through as many epochs of the data as needed.
+        running through as many epochs of the data as needed; a pipeline that cannot be
+        checkpointed restarts it, as webdataset does (see :meth:`continues_across_iters`).
         """
         self.repetitions = sys.maxsize
         self.nsamples = max(nsamples, nbatches)
@@ -245,6 +246,16 @@ class DataPipeline(FluidInterface):
         self.repetitions = nepochs if nepochs > 0 else sys.maxsize
         self.nsamples = nbatches
         return self
+
+    def continues_across_iters(self) -> bool:
+        """True when ``with_epoch(n)`` makes each ``iter()`` continue the stream the last one
+        left, False when each ``iter()`` restarts it. It continues when the pipeline can be
+        checkpointed, so that a resumed run carries on mid-stream. A pipeline with a stage wdsx
+        cannot checkpoint (a function of the stream, a webdataset ``PipelineStage``) restarts,
+        as on webdataset: such stages were written for a pass that starts with each
+        ``iter()``, and some choose their order then (open_clip's shard shuffle reads the epoch
+        its trainer has just set)."""
+        return self.nsamples > 0 and not self.not_resumable()
 
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch the next ``iter()`` runs (as with DistributedSampler.set_epoch)."""
@@ -318,6 +329,8 @@ class DataPipeline(FluidInterface):
 
     # --- iterating --------------------------------------------------------------------
     def __iter__(self) -> Iterator:
+        if self.nsamples > 0 and not self.continues_across_iters():
+            return self._limited(_Stream(self, self._take_pending()), self.nsamples)
         if self.nsamples > 0:
             live = self._live
             if live is None or self._pending is not None or live.limit != self.nsamples:
