@@ -329,15 +329,13 @@ class DataPipeline(FluidInterface):
 
     # --- iterating --------------------------------------------------------------------
     def __iter__(self) -> Iterator:
-        if self.nsamples > 0 and not self.continues_across_iters():
-            return self._limited(_Stream(self, self._take_pending()), self.nsamples)
-        if self.nsamples > 0:
+        if self.continues_across_iters():
             live = self._live
             if live is None or self._pending is not None or live.limit != self.nsamples:
                 live = self._live = _Stream(self, self._take_pending())
             return self._limited(live, self.nsamples)
         self._live = _Stream(self, self._take_pending())
-        return self._live.items
+        return self._limited(self._live, self.nsamples) if self.nsamples > 0 else self._live.items
 
     def _limited(self, stream: _Stream, limit: int) -> Iterator:
         items = stream.items
