@@ -10,11 +10,17 @@ be importable on the workers (installed there, on their ``PYTHONPATH``, or shipp
 A task whose worker dies (killed, out of memory, its node lost) is run again, up to
 ``max_retries`` times; the shard it was writing never appears half-written, since shards are
 written to a hidden partial file and renamed when complete. An exception raised by the job
-itself is not retried: it reaches the caller, and the jobs not yet finished are cancelled.
+itself is not retried: it reaches the caller at once. The driver keeps only a window of jobs
+submitted (twice the cluster's CPUs, at least 16), so the jobs after that window never start;
+those already running are left to finish, and their shards are whole, so a rerun keeps them.
+They are not cancelled, because cancelling a Ray task while its reply is on the way can abort
+the driver inside Ray (a race in Ray's task manager). When ``run_on_ray`` connected to Ray
+itself, disconnecting ends them with the job.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,6 +32,9 @@ __all__ = ["import_ray", "run_on_ray"]
 
 _POLL_SECONDS = 0.2
 """How often the driver collects finished jobs (and reports progress) while jobs run."""
+
+_MIN_WINDOW = 16
+"""Jobs kept submitted at least, whatever the cluster's size."""
 
 
 def import_ray(purpose: str = "the Ray engine") -> Any:
@@ -67,20 +76,22 @@ def run_on_ray(
     try:
         remote_job = ray.remote(max_retries=max_retries, retry_exceptions=False)(_run_job)
         task_ref = ray.put(task)
-        pending = {remote_job.remote(task_ref, job): job for job in jobs}
-        refs = list(pending)
+        window = max(_MIN_WINDOW, 2 * int(ray.cluster_resources().get("CPU", 1)))
+        waiting = iter(jobs)
+        running: dict[Any, ShardJob] = {}
         records: list[dict[str, Any]] = []
-        try:
-            while refs:  # whatever has finished, at least every _POLL_SECONDS
-                done, refs = ray.wait(refs, num_returns=len(refs), timeout=_POLL_SECONDS)
-                for ref in done:
-                    records.append(ray.get(ref))
-                    progress(len(pending.pop(ref).inputs))
-        except BaseException:
-            for ref in pending:
-                ray.cancel(ref)
-            raise
-        return records
+        while True:
+            for job in itertools.islice(waiting, window - len(running)):
+                running[remote_job.remote(task_ref, job)] = job
+            if not running:
+                return records
+            # the first job to finish, or none within _POLL_SECONDS; then every other finished one
+            done, rest = ray.wait(list(running), num_returns=1, timeout=_POLL_SECONDS)
+            if done and rest:
+                done += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
+            for ref in done:
+                records.append(ray.get(ref))  # a job's own error: raised here, to the caller
+                progress(len(running.pop(ref).inputs))
     finally:
         if started_here:
             ray.shutdown()
