@@ -93,7 +93,7 @@ def test_draws_that_tie_in_their_high_bits_are_left_to_argsort():
     assert _sorting_permutation(keys.copy()) is None  # row_order then sorts with argsort
 
 
-def test_a_row_order_whose_draws_tie_is_argsorts(monkeypatch):
+def test_a_row_order_whose_draws_tie_falls_back_to_argsort(monkeypatch):
     # as when high bits tie: no order, and the draws overwritten
     monkeypatch.setattr(npy, "_sorting_permutation", lambda keys: keys.fill(0))
     expected = np.argsort(draws(rng.derive_seed("rows", 3, "feats.npy"), 1000))
