@@ -4,6 +4,7 @@ gives, and exact and elastic resume match the uninterrupted run."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections import Counter
@@ -129,6 +130,26 @@ def test_whole_batches_equal_sample_by_sample_collation(shards, batch):
                 assert fast[field] == slow[field] and list(fast[field]) == list(slow[field])
     rows = [sample for b in pipeline(False) for sample in wdsx.unbatched()([b])]
     assert [row["__key__"] for row in rows] == [k for b in collated for k in b["__key__"]]
+
+
+def test_a_batch_owns_its_columns(shards):
+    """Columns of one value per batch are copied from a template: changing one batch's must
+    leave the next batch's as an untouched run gives them."""
+    untouched = list(itertools.islice(wdsx.WebDataset(shards.urls).batched(4), 3))
+    batches = iter(wdsx.WebDataset(shards.urls).batched(4))
+    next(batches)  # (the first batch of a shard is joined from its first sample and the rest)
+    changed = next(batches)
+    for column in changed.values():
+        if isinstance(column, (list, np.ndarray)):
+            column[0] = column[1]  # (a seed column holds 0 too: the change must differ)
+            column[1] = "changed" if isinstance(column, list) else 7
+    following = next(batches)
+    assert {"__url__", "__epoch_seed__"} <= set(following)
+    for field, column in following.items():
+        if isinstance(column, np.ndarray):
+            assert np.array_equal(column, untouched[2][field])
+        else:
+            assert list(column) == list(untouched[2][field])
 
 
 def test_rows_that_do_not_join_the_next_shard_batch_as_samples_do(tmp_path):

@@ -22,6 +22,8 @@ import functools
 import io
 import logging
 import math
+import mmap
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -227,12 +229,18 @@ class Rows:
 def _mapped(url: str, path: str, header: NpyHeader) -> np.ndarray:
     if header.data_bytes == 0:
         return np.empty(header.shape, header.dtype)
-    try:  # a plain view of the map: indexing a np.memmap costs several times more
-        return np.memmap(path, header.dtype, "r", header.data_offset, header.shape).view(np.ndarray)
+    # A plain array over the map: indexing a np.memmap costs several times more, and making
+    # one costs several times what this does.
+    with open(path, "rb") as file:
+        mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+    count = header.data_bytes // header.dtype.itemsize
+    try:
+        data = np.frombuffer(mapped, header.dtype, count, header.data_offset)
     except ValueError as exn:  # the file is shorter than the header says
         raise ShardError(
             url, header.data_offset, f"the shard is shorter than its header says ({exn})"
         ) from exn
+    return data.reshape(header.shape)
 
 
 def _read_data(url: str, source: Source, header: NpyHeader) -> bytearray:
@@ -271,13 +279,33 @@ _MIX = ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB))
 """SplitMix64's finaliser, before its last step: ``x ^= x >> shift; x *= factor``, twice."""
 
 
+@functools.lru_cache(maxsize=8)
+def _counting(n: int) -> np.ndarray:
+    """``0, 1, ..., n - 1`` as a read-only uint64 array, kept for the few shard sizes of a
+    dataset: a fresh array of this size costs more in page faults than in arithmetic."""
+    counting = np.arange(n, dtype=np.uint64)
+    counting.flags.writeable = False
+    return counting
+
+
+_scratch = threading.local()
+
+
+def _scratch_words(n: int) -> np.ndarray:
+    """A uint64 array of ``n`` words to write temporaries into, reused by this thread."""
+    words: np.ndarray | None = getattr(_scratch, "words", None)
+    if words is None or len(words) < n:
+        words = _scratch.words = np.empty(n, np.uint64)
+    return words[:n]
+
+
 def draws(seed: int, n: int) -> np.ndarray:
-    """``rng.draw(seed, i)`` for ``i`` in ``range(n)``, computed as one array (SplitMix64), in
-    place: a shard's row order is computed every epoch, and temporaries cost more than the math."""
-    x = np.arange(n, dtype=np.uint64)
-    shifted = np.empty_like(x)
+    """``rng.draw(seed, i)`` for ``i`` in ``range(n)``, computed as one new array (SplitMix64)
+    with one temporary reused across calls: a shard's row order is computed every epoch, and
+    the page faults of fresh temporaries cost more than the arithmetic."""
+    shifted = _scratch_words(n)
     with np.errstate(over="ignore"):
-        x *= _GOLDEN
+        x = np.multiply(_counting(n), _GOLDEN)
         x += np.uint64((seed + int(_GOLDEN)) & 0xFFFFFFFFFFFFFFFF)
         for shift, factor in _MIX:
             np.right_shift(x, np.uint64(shift), out=shifted)
@@ -315,11 +343,10 @@ def _sorting_permutation(keys: np.ndarray) -> np.ndarray | None:
     happens about once in millions."""
     index_bits = max(1, (len(keys) - 1).bit_length())
     low = np.uint64((1 << index_bits) - 1)
-    indices = np.arange(len(keys), dtype=np.uint64)
     keys &= ~low
-    keys |= indices
+    keys |= _counting(len(keys))
     keys.sort()
-    high = np.right_shift(keys, np.uint64(index_bits), out=indices)
+    high = np.right_shift(keys, np.uint64(index_bits), out=_scratch_words(len(keys)))
     if len(high) > 1 and (high[1:] == high[:-1]).any():
         return None
     keys &= low
@@ -335,25 +362,34 @@ def row_sample(url: str, stem: str, row: int, ordinal: int, data: np.ndarray) ->
 
 class ConstantColumns:
     """The columns of the fields that have one value on every row of a batch (the reader's
-    extra fields, ``__local_path__`` and ``__pad__``, and its stamps), as
+    extra fields, ``__local_path__`` and ``__pad__``, then its stamps), as
     ``default_collation_fn`` collates them: a list of the value, or an array of the number.
-    The array of each (field, value, size) is filled once and copied for every batch, which
-    costs a fraction of filling it."""
+    The columns of one batch size and one stamps dict are built once and copied for every
+    batch: a copy costs a fraction of building them, and a piece's batches all share both."""
 
-    def __init__(self) -> None:
-        self._filled: dict[tuple[str, type, Any, int], np.ndarray] = {}
+    def __init__(self, fields: dict[str, Any] | None):
+        self.fields = fields or {}
+        self._stamps: dict[str, Any] | None = None
+        self._columns: dict[int, list[tuple[str, list | np.ndarray]]] = {}
 
-    def add(self, batch: dict[str, Any], fields: dict[str, Any], size: int) -> None:
-        """Add ``fields``' columns of ``size`` rows to ``batch``."""
-        for name, value in fields.items():
-            if not isinstance(value, (int, float)):
-                batch[name] = [value] * size
-                continue
-            key = (name, type(value), value, size)  # True == 1, but their arrays differ
-            filled = self._filled.get(key)
-            if filled is None:
-                filled = self._filled[key] = np.full(size, value)
-            batch[name] = filled.copy()
+    def add(self, batch: dict[str, Any], size: int, stamps: dict[str, Any] | None) -> None:
+        """Add the fields' and ``stamps``' columns of ``size`` rows to ``batch``."""
+        if stamps is not self._stamps:  # holding ``stamps`` keeps its identity unique
+            self._stamps, self._columns = stamps, {}
+        columns = self._columns.get(size)
+        if columns is None:
+            fields = {**self.fields, **stamps} if stamps else self.fields
+            columns = self._columns[size] = [
+                (name, _constant_column(value, size)) for name, value in fields.items()
+            ]
+        for name, column in columns:
+            batch[name] = column.copy()
+
+
+def _constant_column(value: Any, size: int) -> list | np.ndarray:
+    """``size`` copies of ``value`` collated: an array of a number (of its own type: True and
+    1 give different arrays), else a list."""
+    return np.full(size, value) if isinstance(value, (int, float)) else [value] * size
 
 
 class RowPiece(RowSource):
@@ -375,7 +411,7 @@ class RowPiece(RowSource):
         self.end = rows.count if stop is None else min(stop, rows.count)
         self.extra = extra
         self.pad = bool(extra and extra.get("__pad__"))
-        self.constants = ConstantColumns()
+        self.constants = ConstantColumns(extra)
         self.stem = shard_stem(rows.url)
         self.joins = True
         """Whether batches may still start with samples held before them (see :meth:`take`)."""
@@ -422,10 +458,7 @@ class RowPiece(RowSource):
             "npy": self.rows.gather(rows),
             POSITION: positions,
         }
-        if self.extra:
-            self.constants.add(batch, self.extra, size)
-        if stamps:
-            self.constants.add(batch, stamps, size)
+        self.constants.add(batch, size, stamps)
         if head is None:
             self._advance(first + size)
             return batch, positions

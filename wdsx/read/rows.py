@@ -13,6 +13,8 @@ and compare equal to lists with the same elements.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar, overload
@@ -71,7 +73,7 @@ class RowKeys(RowColumn[str]):
     """The ``__key__`` column: ``<shard stem>/<row>`` for each row."""
 
     def __init__(self, stem: str, rows: np.ndarray):
-        super().__init__(rows)
+        self.rows = rows  # (not through super(): a batch builds two columns, and each call counts)
         self.stem = stem
 
     def item(self, index: int) -> str:
@@ -87,7 +89,7 @@ class RowPositions(RowColumn[Position]):
     sample of ordinal ``first + i``."""
 
     def __init__(self, url: str, rows: np.ndarray, first: int, pad: bool = False):
-        super().__init__(rows)
+        self.rows = rows
         self.url = url
         self.first = first
         self.pad = pad
@@ -109,15 +111,16 @@ class JoinedColumn(RowColumn[T]):
     elements, as code that rebuilds a sequence from its type expects (torch's collation)."""
 
     def __init__(self, *parts: Sequence[T]):
-        super().__init__(np.cumsum([len(part) for part in parts]))
+        self.ends = list(itertools.accumulate(len(part) for part in parts))
+        """Where each part ends in the joined column."""
         self.parts = parts
 
     def __len__(self) -> int:
-        return int(self.rows[-1]) if len(self.rows) else 0
+        return self.ends[-1] if self.ends else 0
 
     def item(self, index: int) -> T:
-        part = int(np.searchsorted(self.rows, index, side="right"))
-        return self.parts[part][index - (int(self.rows[part - 1]) if part else 0)]
+        part = bisect.bisect_right(self.ends, index)
+        return self.parts[part][index - (self.ends[part - 1] if part else 0)]
 
     def __iter__(self) -> Iterator[T]:
         return (element for part in self.parts for element in part)
