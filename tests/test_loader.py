@@ -239,3 +239,42 @@ def test_a_loader_dropped_mid_epoch_lets_its_workers_go_at_once(uneven_shards):
     gc.collect()
     assert time.monotonic() - started < 4.0
     assert set(multiprocessing.active_children()) - others == set()
+
+
+_IMPORTS_IN_WORKERS = """
+import importlib.abc, json, os, sys
+
+importers = []  # the pids of the processes that imported numpy.random
+
+
+class Recorder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "numpy.random":
+            importers.append(os.getpid())
+        return None
+
+
+sys.meta_path.insert(0, Recorder())
+import wdsx
+
+assert "numpy.random" not in sys.modules
+dataset = wdsx.WebDataset(sys.argv[1:], manifest=False).map(lambda s: os.getpid() in importers)
+print(json.dumps([bool(flag) for flag in wdsx.WebLoader(dataset, batch_size=None, num_workers=2)]))
+"""
+
+
+def test_workers_inherit_numpy_random_instead_of_importing_it(uneven_shards):
+    """torch's worker loop seeds numpy's global generator: a forked worker of a process that
+    has not imported ``numpy.random`` imports it, every worker, every epoch."""
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", _IMPORTS_IN_WORKERS, *uneven_shards.urls],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    imported_in_worker = json.loads(result.stdout)
+    assert imported_in_worker and not any(imported_in_worker)
