@@ -197,7 +197,7 @@ class Rows:
         with source:
             header = parse_header(url, source.read)
             if isinstance(source, LocalSource) and source.local_path is not None:
-                return cls(url, header, _mapped(url, source.local_path, header), source.local_path)
+                return cls(url, header, _mapped(url, source.fileno(), header), source.local_path)
             log.info(
                 "%s is not a local file: reading its %d bytes of rows into memory", url, header.data_bytes
             )
@@ -226,13 +226,13 @@ class Rows:
         return self.array.take(rows, axis=0, out=out, mode="clip")
 
 
-def _mapped(url: str, path: str, header: NpyHeader) -> np.ndarray:
+def _mapped(url: str, fileno: int, header: NpyHeader) -> np.ndarray:
+    """The rows of the open local shard ``fileno``, as a read-only array over a map of it."""
     if header.data_bytes == 0:
         return np.empty(header.shape, header.dtype)
     # A plain array over the map: indexing a np.memmap costs several times more, and making
     # one costs several times what this does.
-    with open(path, "rb") as file:
-        mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+    mapped = mmap.mmap(fileno, 0, access=mmap.ACCESS_READ)
     count = header.data_bytes // header.dtype.itemsize
     try:
         data = np.frombuffer(mapped, header.dtype, count, header.data_offset)

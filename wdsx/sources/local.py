@@ -55,6 +55,10 @@ class LocalSource(Source):
     def skip(self, n: int) -> None:
         self._file.seek(n, os.SEEK_CUR)
 
+    def fileno(self) -> int:
+        """The open file's descriptor (to map the file without opening it again)."""
+        return self._file.fileno()
+
     def close(self) -> None:
         self._file.close()
 
