@@ -101,6 +101,23 @@ def test_a_row_order_whose_draws_tie_falls_back_to_argsort(monkeypatch):
     assert np.array_equal(row_order(1000, "feats.npy", 3), expected)
 
 
+def test_the_row_order_of_a_big_shard_keeps_no_memory():
+    """Orders reuse arrays between calls for shards of up to KEPT_ROWS rows only: the memory a
+    thread keeps must not grow with the largest shard it ever ordered."""
+    import tracemalloc
+
+    rows = 3 * npy.KEPT_ROWS
+    tracemalloc.start()
+    try:
+        order = row_order(rows, "big.npy", 1)
+        assert order is not None and len(order) == rows
+        del order
+        kept, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert kept < 2 * 8 * npy.KEPT_ROWS + (1 << 20)
+
+
 def test_shuffled_epochs_permute_each_shard_and_change(shards):
     dataset = wdsx.WebDataset(shards.urls, shardshuffle=True)
     epochs = [[s["__key__"] for s in dataset] for _ in range(3)]

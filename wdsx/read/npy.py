@@ -232,7 +232,10 @@ def _mapped(url: str, fileno: int, header: NpyHeader) -> np.ndarray:
         return np.empty(header.shape, header.dtype)
     # A plain array over the map: indexing a np.memmap costs several times more, and making
     # one costs several times what this does.
-    mapped = mmap.mmap(fileno, 0, access=mmap.ACCESS_READ)
+    try:
+        mapped = mmap.mmap(fileno, 0, access=mmap.ACCESS_READ)
+    except OSError as exn:  # a filesystem that cannot map files
+        raise ShardError(url, header.data_offset, f"cannot map the shard's rows: {exn}") from exn
     count = header.data_bytes // header.dtype.itemsize
     try:
         data = np.frombuffer(mapped, header.dtype, count, header.data_offset)
@@ -279,24 +282,37 @@ _MIX = ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB))
 """SplitMix64's finaliser, before its last step: ``x ^= x >> shift; x *= factor``, twice."""
 
 
-@functools.lru_cache(maxsize=8)
+KEPT_ROWS = 1 << 20
+"""Row orders of shards of up to this many rows are computed with arrays kept between calls
+(8 MiB each at most, per thread): fresh temporaries of that size cost more in page faults than
+in arithmetic. Larger shards get fresh ones, whose faults weigh little beside their sort."""
+
+_kept = threading.local()
+
+
 def _counting(n: int) -> np.ndarray:
-    """``0, 1, ..., n - 1`` as a read-only uint64 array, kept for the few shard sizes of a
-    dataset: a fresh array of this size costs more in page faults than in arithmetic."""
+    """``0, 1, ..., n - 1`` as a read-only uint64 array: a view of the longest one made so far
+    in this thread, up to :data:`KEPT_ROWS` rows."""
+    counting: np.ndarray | None = getattr(_kept, "counting", None)
+    if counting is not None and len(counting) >= n:
+        return counting[:n]
     counting = np.arange(n, dtype=np.uint64)
     counting.flags.writeable = False
+    if n <= KEPT_ROWS:
+        _kept.counting = counting
     return counting
 
 
-_scratch = threading.local()
-
-
 def _scratch_words(n: int) -> np.ndarray:
-    """A uint64 array of ``n`` words to write temporaries into, reused by this thread."""
-    words: np.ndarray | None = getattr(_scratch, "words", None)
-    if words is None or len(words) < n:
-        words = _scratch.words = np.empty(n, np.uint64)
-    return words[:n]
+    """A uint64 array of ``n`` words to write temporaries into, reused by this thread up to
+    :data:`KEPT_ROWS` words."""
+    words: np.ndarray | None = getattr(_kept, "words", None)
+    if words is not None and len(words) >= n:
+        return words[:n]
+    words = np.empty(n, np.uint64)
+    if n <= KEPT_ROWS:
+        _kept.words = words
+    return words
 
 
 def draws(seed: int, n: int) -> np.ndarray:
