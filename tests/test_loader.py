@@ -292,3 +292,45 @@ def test_workers_inherit_numpy_random_instead_of_importing_it(uneven_shards):
     )
     imported_in_worker = json.loads(result.stdout)
     assert imported_in_worker and not any(imported_in_worker)
+
+
+_CATCHES_CTRL_C = """
+import json, os, signal, sys, time
+import wdsx
+
+dataset = wdsx.WebDataset(sys.argv[1:], shardshuffle=False, manifest=False).to_tuple("__key__")
+iterator = iter(wdsx.WebLoader(dataset.batched(5), batch_size=None, num_workers=2))
+keys, interrupted = [], False
+while True:
+    try:
+        keys.extend(next(iterator)[0])
+        if len(keys) == 20 and not interrupted:
+            os.killpg(os.getpgrp(), signal.SIGINT)  # Ctrl-C in a terminal: the whole group
+            time.sleep(1)
+    except StopIteration:
+        break
+    except KeyboardInterrupt:
+        interrupted = True
+print(json.dumps({"interrupted": interrupted, "keys": keys}))
+"""
+
+
+@pytest.mark.slow  # a trainer of its own
+def test_a_trainer_that_catches_ctrl_c_goes_on_with_its_loader(uneven_shards):
+    """Ctrl-C reaches the trainer and its workers; the trainer catches it and iterates on: it
+    must get every sample of the epoch once, as if nothing had happened (PyTorch's workers die
+    of the signal)."""
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", _CATCHES_CTRL_C, *uneven_shards.urls],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        start_new_session=True,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    outcome = json.loads(result.stdout)
+    assert outcome["interrupted"]
+    assert Counter(outcome["keys"]) == Counter(uneven_shards.keys)

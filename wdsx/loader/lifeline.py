@@ -20,6 +20,10 @@ So each worker ties its life to its parent as it starts (:class:`TiedWorker`):
   loader started its workers from its main thread (a worker started from a thread that ends
   would otherwise die with that thread).
 
+Ctrl-C is left to the trainer (:func:`leave_interrupts_to_the_trainer`): a worker that died of
+it while the trainer shuts the loader down would block in that same exit, holding the trainer
+up.
+
 Nothing of a dead worker stays behind: its batches travel in shared memory without a name
 (:mod:`wdsx.loader.transport`), which the kernel frees with the last process that maps it,
 and PyTorch's own segments (for small batches) are unlinked as soon as they are made.
@@ -88,10 +92,23 @@ def tie_to_parent(loader: int, from_main_thread: bool, interval: float = INTERVA
     ).start()
 
 
+def leave_interrupts_to_the_trainer() -> None:
+    """Ignore Ctrl-C (SIGINT) in this worker. A terminal sends it to the trainer and its
+    workers alike; a worker that dies of it leaves a trainer that catches it (to save a
+    checkpoint, say) with a broken loader, and one that exits while the trainer shuts the
+    loader down blocks in its exit, on a queue nobody reads (see the module's description),
+    holding the trainer up for PyTorch's 5 s per worker. The trainer decides: when it stops,
+    it ends its workers as at the end of an epoch."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class TiedWorker:
     """A DataLoader ``worker_init_fn`` that ties the worker's life to its parent
-    (:func:`tie_to_parent`), then runs ``then`` (the user's, or another wdsx one). Made in the
-    process that starts the workers, which it records."""
+    (:func:`tie_to_parent`) and leaves Ctrl-C to the trainer
+    (:func:`leave_interrupts_to_the_trainer`), then runs ``then`` (the user's, or another wdsx
+    one, which may set its own handlers). Made in the process that starts the workers, which it
+    records."""
 
     def __init__(self, then: Callable[[int], Any] | None):
         self.then = then
@@ -100,5 +117,6 @@ class TiedWorker:
 
     def __call__(self, worker_id: int) -> None:
         tie_to_parent(self.loader, self.from_main_thread)
+        leave_interrupts_to_the_trainer()
         if self.then is not None:
             self.then(worker_id)
