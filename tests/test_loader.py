@@ -298,6 +298,7 @@ _CATCHES_CTRL_C = """
 import json, os, signal, sys, time
 import wdsx
 
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as from a terminal (see test_orphans)
 dataset = wdsx.WebDataset(sys.argv[1:], shardshuffle=False, manifest=False).to_tuple("__key__")
 iterator = iter(wdsx.WebLoader(dataset.batched(5), batch_size=None, num_workers=2))
 keys, interrupted = [], False

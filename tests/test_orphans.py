@@ -46,11 +46,14 @@ STARTUP = 120.0
 """Seconds a trainer may take to receive the batches it is killed after (busy machines)."""
 
 TRAINER = """
-import json, sys, time
+import json, signal, sys, time
 import wdsx
 from tests.fixtures.shards import write_tar
 
 def main():
+    # Ctrl-C raises KeyboardInterrupt, as in a trainer started from a terminal (a shell's
+    # background job, such as a test run started with &, starts with it ignored)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     urls, settings = json.loads(sys.argv[1])
     dataset = wdsx.WebDataset(urls, shardshuffle=True, manifest=False)
     if settings["shuffle"]:
