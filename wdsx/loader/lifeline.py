@@ -20,9 +20,8 @@ So each worker ties its life to its parent as it starts (:class:`TiedWorker`):
   loader started its workers from its main thread (a worker started from a thread that ends
   would otherwise die with that thread).
 
-Ctrl-C is left to the trainer (:func:`leave_interrupts_to_the_trainer`): a worker that died of
-it while the trainer shuts the loader down would block in that same exit, holding the trainer
-up.
+Ctrl-C is left to the trainer (:func:`leave_interrupts_to_the_trainer`), which may catch it and
+go on with its loader.
 
 Nothing of a dead worker stays behind: its batches travel in shared memory without a name
 (:mod:`wdsx.loader.transport`), which the kernel frees with the last process that maps it,
@@ -94,11 +93,9 @@ def tie_to_parent(loader: int, from_main_thread: bool, interval: float = INTERVA
 
 def leave_interrupts_to_the_trainer() -> None:
     """Ignore Ctrl-C (SIGINT) in this worker. A terminal sends it to the trainer and its
-    workers alike; a worker that dies of it leaves a trainer that catches it (to save a
-    checkpoint, say) with a broken loader, and one that exits while the trainer shuts the
-    loader down blocks in its exit, on a queue nobody reads (see the module's description),
-    holding the trainer up for PyTorch's 5 s per worker. The trainer decides: when it stops,
-    it ends its workers as at the end of an epoch."""
+    workers alike, and a worker that dies of it leaves a trainer that catches it (to save a
+    checkpoint, say) with a broken loader. The trainer decides: when it stops, it ends its
+    workers as at the end of an epoch."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
