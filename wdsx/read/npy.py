@@ -287,32 +287,35 @@ KEPT_ROWS = 1 << 20
 (8 MiB each at most, per thread): fresh temporaries of that size cost more in page faults than
 in arithmetic. Larger shards get fresh ones, whose faults weigh little beside their sort."""
 
-_kept = threading.local()
+_kept_arrays = threading.local()
 
 
-def _counting(n: int) -> np.ndarray:
-    """``0, 1, ..., n - 1`` as a read-only uint64 array: a view of the longest one made so far
-    in this thread, up to :data:`KEPT_ROWS` rows."""
-    counting: np.ndarray | None = getattr(_kept, "counting", None)
-    if counting is not None and len(counting) >= n:
-        return counting[:n]
+def _kept(name: str, n: int, make: Callable[[int], np.ndarray]) -> np.ndarray:
+    """The first ``n`` words of this thread's array ``name``, made anew by ``make`` when it is
+    shorter, and then kept for shards of up to :data:`KEPT_ROWS` rows."""
+    kept: np.ndarray | None = getattr(_kept_arrays, name, None)
+    if kept is not None and len(kept) >= n:
+        return kept[:n]
+    made = make(n)
+    if n <= KEPT_ROWS:
+        setattr(_kept_arrays, name, made)
+    return made
+
+
+def _read_only_range(n: int) -> np.ndarray:
     counting = np.arange(n, dtype=np.uint64)
     counting.flags.writeable = False
-    if n <= KEPT_ROWS:
-        _kept.counting = counting
     return counting
 
 
+def _counting(n: int) -> np.ndarray:
+    """``0, 1, ..., n - 1`` as a read-only uint64 array (a view of one kept)."""
+    return _kept("counting", n, _read_only_range)
+
+
 def _scratch_words(n: int) -> np.ndarray:
-    """A uint64 array of ``n`` words to write temporaries into, reused by this thread up to
-    :data:`KEPT_ROWS` words."""
-    words: np.ndarray | None = getattr(_kept, "words", None)
-    if words is not None and len(words) >= n:
-        return words[:n]
-    words = np.empty(n, np.uint64)
-    if n <= KEPT_ROWS:
-        _kept.words = words
-    return words
+    """A uint64 array of ``n`` words to write temporaries into (kept, so reused)."""
+    return _kept("scratch", n, functools.partial(np.empty, dtype=np.uint64))
 
 
 def draws(seed: int, n: int) -> np.ndarray:
