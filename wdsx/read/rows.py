@@ -73,7 +73,7 @@ class RowKeys(RowColumn[str]):
     """The ``__key__`` column: ``<shard stem>/<row>`` for each row."""
 
     def __init__(self, stem: str, rows: np.ndarray):
-        self.rows = rows  # (not through super(): a batch builds two columns, and each call counts)
+        super().__init__(rows)
         self.stem = stem
 
     def item(self, index: int) -> str:
@@ -89,7 +89,7 @@ class RowPositions(RowColumn[Position]):
     sample of ordinal ``first + i``."""
 
     def __init__(self, url: str, rows: np.ndarray, first: int, pad: bool = False):
-        self.rows = rows
+        super().__init__(rows)
         self.url = url
         self.first = first
         self.pad = pad
