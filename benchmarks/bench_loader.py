@@ -10,6 +10,7 @@ turn, ``repeats`` times, and the medians reported, with the CPU time each spent 
 
 from __future__ import annotations
 
+import functools
 import random
 import resource
 import statistics
@@ -48,17 +49,21 @@ def tutorial_work(data: bytes) -> Any:
     return tutorial_transform(bound.pillow_rgb(data))
 
 
+def rgb8_pipeline(wds: Any, urls: list[str]) -> Any:
+    """The rgb8 case's pipeline, which its loaders run in their workers."""
+    dataset = wds.WebDataset(urls, shardshuffle=False).shuffle(1000).decode("rgb8")
+    return dataset.to_tuple("jpg", "cls").batched(64)
+
+
 def rgb8_loader(
     wds: Any, urls: list[str], workers: int = 2, threads: int = 1, worker_type: str = "process"
 ) -> Any:
     """``threads``: decoding threads per worker; ``worker_type="thread"``: reader threads as
     the workers (wdsx only)."""
-    dataset = wds.WebDataset(urls, shardshuffle=False).shuffle(1000).decode("rgb8")
     options: dict[str, Any] = {"decode_threads": threads} if threads > 1 else {}
     if worker_type != "process":
         options["worker_type"] = worker_type
-    batches = dataset.to_tuple("jpg", "cls").batched(64)
-    return wds.WebLoader(batches, batch_size=None, num_workers=workers, **options)
+    return wds.WebLoader(rgb8_pipeline(wds, urls), batch_size=None, num_workers=workers, **options)
 
 
 def decode_first_loader(wds: Any, urls: list[str]) -> Any:
@@ -117,6 +122,9 @@ class Case:
     work: Callable[[bytes], Any] | None = None
     """Where the pipeline runs user code per sample: the decoder and that code, measured like
     the bound (as ``"decode + transform"``), since no loader can skip that either."""
+    pipeline: Callable[[list[str]], Any] | None = None
+    """wdsx's pipeline of the case, iterated directly in as many processes with no loader (as
+    ``"pipeline alone"``): what the loader's own work adds is the difference."""
 
 
 @dataclass
@@ -150,15 +158,22 @@ def measure(case: Case, repeats: int) -> Measured:
     """Medians over ``repeats`` interleaved passes of each loader and of the bound."""
     payloads = bound.field_bytes(case.urls, case.field)
     references = {"bound": case.decode, **({"decode + transform": case.work} if case.work else {})}
-    runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name in (*case.loaders, *references)}
+    rates: dict[str, Callable[[], float]] = {
+        name: functools.partial(bound.decode_rate, payloads, work, case.processes)
+        for name, work in references.items()
+    }
+    if case.pipeline is not None:
+        rates["pipeline alone"] = functools.partial(
+            bound.pipeline_rate, case.urls, len(payloads), case.pipeline, case.processes
+        )
+    runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name in (*case.loaders, *rates)}
     for _ in range(repeats):
         for name, loader in case.loaders.items():
             count, seconds, first, cpu = run_loader(loader)
             runs[name].append((count / seconds, 1000 * cpu / count, first))
-        for name, work in references.items():
+        for name, rate in rates.items():
             cpu = cpu_seconds()
-            rate = bound.decode_rate(payloads, work, case.processes)
-            runs[name].append((rate, 1000 * (cpu_seconds() - cpu) / len(payloads), 0.0))
+            runs[name].append((rate(), 1000 * (cpu_seconds() - cpu) / len(payloads), 0.0))
     result = Measured()
     for name, values in runs.items():
         result.rates[name] = statistics.median(v[0] for v in values)
@@ -189,6 +204,7 @@ def cases() -> dict[str, Case]:
             "jpg",
             bound.simplejpeg_rgb,
             2,
+            pipeline=lambda urls: rgb8_pipeline(wdsx, urls),
         ),
         "decode first": Case(both(decode_first_loader, jpeg), jpeg, "jpg", bound.simplejpeg_rgb, 2),
         "tutorial": Case(
@@ -262,6 +278,19 @@ def loader_rows(repeats: int) -> list[Row]:
                     _rate(rates["webdataset"]),
                     f"{thread_workers / rates['wdsx']:.2f} of 2 worker processes' rate; "
                     + _against(measured, "wdsx 2 thread workers"),
+                    "",
+                )
+            )
+            alone, cpu = rates["pipeline alone"], measured.cpu_ms
+            rows.append(
+                (
+                    "... the same pipeline iterated in 2 processes, no loader (wdsx)",
+                    _rate(alone),
+                    "",
+                    f"bound {_rate(rates['bound'])}: {alone / rates['bound']:.2f} of it (CPU per "
+                    f"sample: {cpu['bound'] / cpu['pipeline alone']:.2f}); CPU per sample of "
+                    f"WebLoader(2) {cpu['wdsx'] / cpu['pipeline alone']:.2f}x this, of 2 thread "
+                    f"workers {cpu['wdsx 2 thread workers'] / cpu['pipeline alone']:.2f}x",
                     "",
                 )
             )

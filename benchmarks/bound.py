@@ -1,13 +1,16 @@
 """The bound of a decoding pipeline: its decoder alone, on the same encoded bytes already in
 memory, in the same number of processes. No loader can do less work than that, so a loader's
-rate divided by this one says how much of the machine goes to anything but decoding.
+rate divided by this one says how much of the machine goes to anything but decoding. The
+same pipeline iterated directly in as many processes, with no loader (:func:`pipeline_rate`),
+tells the pipeline's own costs (reading, grouping, batching) from the loader's.
 """
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 
@@ -38,22 +41,32 @@ def pillow_rgb(data: bytes) -> Any:
         return image if image.mode == "RGB" else image.convert("RGB")
 
 
-def _decode_share(
-    payloads: Sequence[bytes], decode: Callable[[bytes], Any], start: Any, done: Any, index: int, of: int
-) -> None:
-    start.wait()
+def _decode_share(payloads: Sequence[bytes], decode: Callable[[bytes], Any], index: int, of: int) -> None:
     for data in payloads[index::of]:
         decode(data)
+
+
+def _pipeline_share(
+    urls: Sequence[str], build: Callable[[list[str]], Iterable[Any]], index: int, of: int
+) -> None:
+    for _ in build(list(urls[index::of])):
+        pass
+
+
+def _run_share(work: Callable[[int, int], None], start: Any, done: Any, index: int, of: int) -> None:
+    start.wait()
+    work(index, of)
     done.put(index)
 
 
-def decode_rate(payloads: Sequence[bytes], decode: Callable[[bytes], Any], processes: int) -> float:
-    """Items per second of ``processes`` forked processes decoding a share of ``payloads`` each,
-    timed from a common start signal to the last one's end (process start-up not included)."""
+def parallel_rate(items: int, work: Callable[[int, int], None], processes: int) -> float:
+    """Items per second of ``processes`` forked processes, each running ``work(index,
+    processes)`` (its share of ``items``), timed from a common start signal to the last one's
+    end (process start-up not included)."""
     context = multiprocessing.get_context("fork")
     start, done = context.Event(), context.Queue()
     workers = [
-        context.Process(target=_decode_share, args=(payloads, decode, start, done, index, processes))
+        context.Process(target=_run_share, args=(work, start, done, index, processes))
         for index in range(processes)
     ]
     for worker in workers:
@@ -66,7 +79,21 @@ def decode_rate(payloads: Sequence[bytes], decode: Callable[[bytes], Any], proce
     elapsed = time.perf_counter() - began
     for worker in workers:
         worker.join()
-    return len(payloads) / elapsed
+    return items / elapsed
+
+
+def decode_rate(payloads: Sequence[bytes], decode: Callable[[bytes], Any], processes: int) -> float:
+    """Items per second of ``processes`` forked processes decoding a share of ``payloads`` each."""
+    return parallel_rate(len(payloads), functools.partial(_decode_share, payloads, decode), processes)
+
+
+def pipeline_rate(
+    urls: Sequence[str], items: int, build: Callable[[list[str]], Iterable[Any]], processes: int
+) -> float:
+    """Items per second of the pipeline ``build(shards)`` iterated directly, with no loader, in
+    ``processes`` forked processes, each over every ``processes``-th shard: the work of a
+    loader's workers without the loader's own (``items``: the samples of all the shards)."""
+    return parallel_rate(items, functools.partial(_pipeline_share, urls, build), processes)
 
 
 def mean_decode_ms(payloads: Sequence[bytes], decode: Callable[[bytes], Any], limit: int = 500) -> float:
@@ -78,4 +105,12 @@ def mean_decode_ms(payloads: Sequence[bytes], decode: Callable[[bytes], Any], li
     return 1000 * (time.perf_counter() - began) / len(sample)
 
 
-__all__ = ["decode_rate", "field_bytes", "mean_decode_ms", "pillow_rgb", "simplejpeg_rgb"]
+__all__ = [
+    "decode_rate",
+    "field_bytes",
+    "mean_decode_ms",
+    "parallel_rate",
+    "pillow_rgb",
+    "pipeline_rate",
+    "simplejpeg_rgb",
+]
