@@ -33,13 +33,15 @@ import wdsx
 from tests.fixtures.shards import write_tar
 
 pytestmark = [
-    pytest.mark.slow,  # 20 trainers started and killed
+    pytest.mark.slow,  # 12 trainers started and killed
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads processes from /proc"),
 ]
 
 REPO = Path(__file__).resolve().parents[1]
 MARKER = "WDSX_TRAINER_TREE"
-RUNS = 20
+RUNS = 12
+"""Trainers started and killed: with the signals taken in turn and the grid's seed, every
+setting's value is drawn at least 4 times and each start method dies of each signal."""
 SIGNALS = (signal.SIGKILL, signal.SIGTERM, signal.SIGINT)
 DEADLINE = 10.0
 STARTUP = 120.0
