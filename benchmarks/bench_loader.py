@@ -155,7 +155,9 @@ def run_loader(loader: Callable[[], Any]) -> tuple[int, float, float, float]:
 
 
 def measure(case: Case, repeats: int) -> Measured:
-    """Medians over ``repeats`` interleaved passes of each loader and of the bound."""
+    """Medians over ``repeats`` interleaved passes of each loader and of each reference: the
+    bound, and where the case has them, its decoder with the user's transform and its pipeline
+    with no loader."""
     payloads = bound.field_bytes(case.urls, case.field)
     references = {"bound": case.decode, **({"decode + transform": case.work} if case.work else {})}
     rates: dict[str, Callable[[], float]] = {
