@@ -6,6 +6,11 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 TORCH  := torch==2.13.0
 
+# Python keeps the modules it compiles (in __pycache__, which git ignores) even where the
+# environment says not to (PYTHONDONTWRITEBYTECODE): the tests start hundreds of Python
+# processes that import wdsx, and each would otherwise compile it again.
+unexport PYTHONDONTWRITEBYTECODE
+
 .PHONY: demo test test-fast bench lint typecheck fuzz clean install docs
 
 $(BIN)/python:
