@@ -193,3 +193,13 @@ def test_convert_writes_the_same_shards_as_locally(writable_store, tmp_path):
     convert(str(src), writable_store.prefix + "data/t", settings, options=writable_store.options)
     for path in _shards(tmp_path / "local"):
         assert writable_store.get(f"data/{path.name}") == path.read_bytes()
+    # a re-run into fewer shards cannot delete from a store: it names the earlier plan's others
+    report = convert(
+        str(src),
+        writable_store.prefix + "data/t",
+        ConvertSettings(maxcount=100),
+        options=writable_store.options,
+    )
+    earlier = [path.name for path in _shards(tmp_path / "local")][1:]
+    assert earlier and report.left == [writable_store.prefix + f"data/{name}" for name in earlier]
+    assert report.removed == []

@@ -103,6 +103,32 @@ def test_a_rerun_rewrites_nothing_and_a_new_plan_rewrites_everything(tmp_path):
     assert (changed.written, changed.reused) == (5, 0)
 
 
+def test_a_new_plan_with_fewer_shards_removes_the_earlier_plans_other_shards(tmp_path):
+    out = tmp_path / "out"
+    write_dataset(INPUTS, functions.caption_sample, str(out / "s"), maxcount=5)  # 10 shards
+    (out / "s-000042.tar").write_bytes(b"not written by any plan")
+    report = write_dataset(INPUTS, functions.caption_sample, str(out / "s"), maxcount=20)  # 3 shards
+    assert report.removed == [str(out / f"s-{n:06d}.tar") for n in range(3, 10)]
+    assert report.left == []
+    assert (out / "s-000042.tar").read_bytes() == b"not written by any plan"  # left alone
+    (out / "s-000042.tar").unlink()
+    write_dataset(INPUTS, functions.caption_sample, str(tmp_path / "fresh" / "s"), maxcount=20)
+    assert files_of(out) == files_of(tmp_path / "fresh")  # what a run into an empty folder leaves
+    globbed = wdsx.WebDataset(str(out / "s-*.tar"), shardshuffle=False)
+    assert [sample["__key__"] for sample in globbed] == [f"{n:09d}" for n in range(50)]
+
+
+def test_a_new_plan_removes_the_shards_of_an_earlier_run_that_never_finished(tmp_path):
+    dest = str(tmp_path / "s")
+    write_dataset(INPUTS, functions.caption_sample, dest, maxcount=5, rank=1, world_size=2)
+    assert not (tmp_path / "s.manifest.json").exists()  # rank 0's shards were never written
+    earlier = sorted(name for name in os.listdir(tmp_path) if name.endswith(".tar"))
+    assert earlier == [f"s-{n:06d}.tar" for n in range(1, 10, 2)]
+    report = write_dataset(INPUTS, functions.caption_sample, dest, maxcount=25)  # 2 shards
+    assert report.removed == [str(tmp_path / f"s-{n:06d}.tar") for n in (3, 5, 7, 9)]
+    assert sorted(os.listdir(tmp_path)) == ["s-000000.tar", "s-000001.tar", "s.manifest.json"]
+
+
 def test_inputs_can_give_several_samples_or_none(tmp_path):
     report = write_dataset(INPUTS, functions.pairs, str(tmp_path / "s"), maxcount=10)
     samples = read_back(tmp_path)

@@ -186,6 +186,8 @@ def _summary(report: WriteReport, unit: str) -> None:
         f"{report.samples_written} {unit} in {report.seconds:.1f} s ({rate:.0f} {unit}/s)"
     )
     print(f"manifest: {report.manifest_url or 'pending: the last rank to finish writes it'}")
+    if report.removed:
+        print(f"removed {len(report.removed)} shards that an earlier plan wrote here and this one does not")
 
 
 def _problems(report: WriteReport) -> None:
@@ -196,3 +198,5 @@ def _problems(report: WriteReport) -> None:
         print(f"skipped {os.path.join(folder, name)}: {reason}", file=sys.stderr)
     for name, message in report.warnings:
         print(f"warning {os.path.join(folder, name)}: {message}", file=sys.stderr)
+    for url in report.left:
+        print(f"warning {url}: left by an earlier plan, not part of this dataset: remove it", file=sys.stderr)

@@ -7,7 +7,8 @@ machine, the ranks of a launcher (shard ``i`` belongs to rank ``i % world_size``
 of a Ray cluster. Shards are written atomically and followed by completion records
 (:mod:`wdsx.write.jobs`); a re-run of the same plan writes only the shards not yet complete;
 whoever completes the last shard merges the records into the manifest
-(:mod:`wdsx.write.records`).
+(:mod:`wdsx.write.records`) and removes the shards an earlier plan wrote there that this one
+does not (:mod:`wdsx.write.stale`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from wdsx.write.engines import run_jobs
 from wdsx.write.jobs import JobRunner, SampleFunction, WriteError
 from wdsx.write.plan import WritePlan, plan_writes
 from wdsx.write.records import Records
+from wdsx.write.stale import earlier_shards, remove_earlier_shards
 
 __all__ = ["WriteReport", "execute", "function_identity", "write_dataset"]
 
@@ -51,6 +53,11 @@ class WriteReport:
     """Which share of the shards this run wrote (launcher ranks; 0 for a Ray run)."""
     manifest_url: str | None = None
     """The manifest, when this run found every shard complete and wrote (or found) it."""
+    removed: list[str] = field(default_factory=list)
+    """Shards an earlier plan wrote at the destination, not part of this one, removed once this
+    plan's manifest was in place (:mod:`wdsx.write.stale`)."""
+    left: list[str] = field(default_factory=list)
+    """Such shards at a remote destination, left in place for the user to remove."""
     seconds: float = 0.0
 
 
@@ -103,6 +110,7 @@ def execute(
         raise WriteError(f"rank {rank} is not in 0..{world_size - 1}")
     urls = [job.url for job in plan.jobs]
     records = Records(urls, plan.manifest_url, plan.plan_id, runner.options)
+    earlier = earlier_shards(urls, plan.manifest_url, plan.plan_id, runner.options)
     report = WriteReport(shards=len(plan.jobs), rank=rank)
     complete, jobs = [], []
     for job in plan.jobs[rank::world_size]:
@@ -134,6 +142,7 @@ def execute(
         raise error
     if records.finish(plan.extra, plan.complete_extra):
         report.manifest_url = records.manifest_url
+        report.removed, report.left = remove_earlier_shards(earlier)
     report.seconds = time.perf_counter() - started
     return report
 

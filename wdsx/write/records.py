@@ -21,7 +21,7 @@ from wdsx.read.manifest import Manifest, ShardEntry, read_if_present
 from wdsx.sources import SourceOptions, local_path
 from wdsx.write.partial import write_whole
 
-__all__ = ["Records", "record_url", "write_record"]
+__all__ = ["SECTION", "Records", "read_record", "record_url", "write_record"]
 
 SECTION = "write"
 """The manifest field that holds the plan's fingerprint and what each shard left out."""
@@ -39,7 +39,8 @@ def write_record(url: str, record: dict[str, Any], options: SourceOptions | None
     write_whole(url, json.dumps(record).encode("utf-8"), options)
 
 
-def _read_record(url: str, options: SourceOptions | None) -> dict | None:
+def read_record(url: str, options: SourceOptions | None) -> dict | None:
+    """The completion record at ``url``, or None when there is none."""
     data = read_if_present(url, options)
     return None if data is None else parse_json(data)
 
@@ -83,7 +84,7 @@ class Records:
         url = self.urls[number]
         record = self.from_manifest.get(posixpath.basename(url))
         if record is None:
-            record = _read_record(record_url(url), self.options)
+            record = read_record(record_url(url), self.options)
             if record is None or record.get("fingerprint") != self.plan_id:
                 return None
         return record if _is_complete(url, record["shard"]) else None
