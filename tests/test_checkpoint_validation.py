@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+import wdsx
 from tests.fixtures.peak import REPORT_PEAK, reported_peak
 from tests.fixtures.shards import make_shards
 from tests.fuzz.tamper import (
@@ -223,6 +224,20 @@ def test_a_seed_mismatch_is_found_at_load_not_in_a_worker(two_workers):
     state, _ = two_workers.checkpoints[0]
     with pytest.raises(StateError, match="seed differs: checkpoint has 0, pipeline has 9"):
         loader(two_workers.urls, 2, seed=9).load_state_dict(copy.deepcopy(state))
+
+
+def test_another_batch_size_in_the_workers_is_refused_naming_the_two_batched_stages(two_workers):
+    """The loader's stage describes its whole worker pipeline on one line: the error names the
+    part that differs, not two such lines to compare by eye."""
+    state, _ = two_workers.checkpoints[0]
+    workers = wdsx.WebDataset(two_workers.urls, shardshuffle=True, manifest=False).shuffle(6)
+    other = wdsx.WebLoader(workers.to_tuple("__key__", "cls").batched(2), batch_size=None, num_workers=2)
+    with pytest.raises(StateError) as raised:
+        other.unbatched().shuffle(4).batched(4).load_state_dict(copy.deepcopy(state))
+    assert str(raised.value).endswith(
+        "stage 0 differs (in loader(...)): checkpoint has batched(3, partial=True), "
+        "pipeline has batched(2, partial=True)"
+    )
 
 
 def test_strict_false_resumes_a_loader_with_the_checkpoints_seed_without_raising_in_workers(two_workers):

@@ -186,12 +186,59 @@ def check_format(data: Any, expected: str) -> int:
 
 
 def fingerprint_differences(saved: list[str], current: list[str]) -> list[str]:
-    """Human-readable differences between two pipelines' stage descriptions."""
-    problems = [
-        f"stage {i} differs: checkpoint has {a}, pipeline has {b}"
-        for i, (a, b) in enumerate(zip(saved, current))
-        if a != b
-    ]
+    """Human-readable differences between two pipelines' stage descriptions, each naming the
+    innermost part that differs (``batched(16, ...)`` where a whole loader's description would
+    make the reader compare two long lines by eye)."""
+    problems = []
+    for i, (a, b) in enumerate(zip(saved, current)):
+        if a == b:
+            continue
+        part_a, part_b = differing_part(a, b)
+        where = "" if part_a == a else f" (in {_head(a)}(...))"
+        problems.append(f"stage {i} differs{where}: checkpoint has {part_a}, pipeline has {part_b}")
     if len(saved) != len(current):
         problems.append(f"checkpoint has {len(saved)} stages, pipeline has {len(current)}")
     return problems
+
+
+def differing_part(a: str, b: str) -> tuple[str, str]:
+    """The innermost calls of two stage descriptions that differ, as a pair: within calls of
+    the same name and number of arguments (``loader(shards(...), batched(16, ...))``), the one
+    argument that differs, searched again while it is a call itself (``batched(16, ...)``, not
+    ``16``); otherwise the descriptions themselves."""
+    call_a, call_b = _call(a), _call(b)
+    if call_a is None or call_b is None or call_a[0] != call_b[0]:
+        return a, b
+    args_a, args_b = _arguments(call_a[1]), _arguments(call_b[1])
+    differing = [(x, y) for x, y in zip(args_a, args_b) if x != y]
+    if len(args_a) != len(args_b) or len(differing) != 1:
+        return a, b
+    x, y = differing[0]
+    return differing_part(x, y) if _call(x) is not None and _call(y) is not None else (a, b)
+
+
+def _head(text: str) -> str:
+    return text.split("(", 1)[0]
+
+
+def _call(text: str) -> tuple[str, str] | None:
+    """``name(arguments)`` as (name, arguments); None for anything else."""
+    opening = text.find("(")
+    if opening <= 0 or not text.endswith(")"):
+        return None
+    return text[:opening], text[opening + 1 : -1]
+
+
+def _arguments(text: str) -> list[str]:
+    """The comma-separated items of a call's arguments, commas inside brackets kept."""
+    items, depth, start = [], 0, 0
+    for position, char in enumerate(text):
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            items.append(text[start:position].strip())
+            start = position + 1
+    items.append(text[start:].strip())
+    return items
