@@ -49,7 +49,7 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, batches) -> 
 
 
 def main() -> None:
-    shutil.rmtree(OUT, ignore_errors=True)
+    shutil.rmtree(os.path.dirname(PATTERN), ignore_errors=True)  # its own shards, converted anew
     print("1. converting", os.path.relpath(SOURCE, ROOT), "into shards")
     started = time.perf_counter()
     cli.main(["convert", SOURCE, PATTERN, "--maxcount", "250", "--shuffle", "--workers", "2", "--quiet"])
