@@ -66,7 +66,11 @@ def test_verify_says_what_it_checked_against_what(tmp_path, capsys):
     summary = capsys.readouterr().out.splitlines()[-1]
     assert summary.startswith("2 of 2 shards ok:")
     assert f"compared with the manifest {tmp_path / 'set.manifest.json'}" in summary
-    assert "SHA-256" in summary and "every image decoded" in summary
+    assert "SHA-256" in summary and "3 images decoded, 0 of them failed" in summary
+    assert "0 offset indexes compared" in summary  # ShardWriter writes none
+    broken = write_tar(str(tmp_path / "broken.tar"), [("a.png", png()), ("b.png", b"not a png")])
+    assert cli.main(["verify", broken]) == 1
+    assert "2 images decoded, 1 of them failed" in capsys.readouterr().out.splitlines()[-1]
     lone = write_tar(str(tmp_path / "lone.tar"), [("a.txt", b"1")])
     assert cli.main(["verify", lone, "--no-images"]) == 0
     summary = capsys.readouterr().out.splitlines()[-1]

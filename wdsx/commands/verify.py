@@ -59,6 +59,12 @@ class ShardReport:
     problems: list[str] = field(default_factory=list)
     warnings: Counter[str] = field(default_factory=Counter)
     first_warned: dict[str, str] = field(default_factory=dict)
+    images: int = 0
+    """Image fields decoded (or tried)."""
+    undecodable: int = 0
+    """Those that did not decode."""
+    index_compared: bool = False
+    """Whether the shard has an offset index, compared with the shard."""
 
     def warned(self, message: str, where: str) -> None:
         self.warnings[message] += 1
@@ -102,7 +108,8 @@ def check_shard(
                         progress.update()
         except (WdsxError, OSError) as exn:
             report.problems.append(str(exn))
-    report.problems += _offsets_problems(url)
+    report.index_compared, problems = _offsets_problems(url)
+    report.problems += problems
     return report
 
 
@@ -114,7 +121,9 @@ def _check_images(
         if ext.rsplit(".", 1)[-1].lower() in _IMAGES and isinstance(data, bytes):
             where = f"sample {sample['__key__']!r} field {ext!r}"
             problem = image_problem(data, limit)
+            report.images += 1
             if problem is not None:
+                report.undecodable += 1
                 report.problems.append(f"{where} does not decode: {problem}")
             for warning in caught:
                 report.warned(str(warning.message), where)
@@ -135,30 +144,53 @@ def image_problem(data: bytes, limit: int | None) -> str | None:
     return None
 
 
-def _offsets_problems(url: str) -> list[str]:
-    """A problem when the shard's offset index (``<shard>.idx``), if it has one, does not match it.
-    A ``pipe:`` shard has no place beside it: ``pipe:CMD x.tar.idx`` is a command nobody wrote."""
+def _offsets_problems(url: str) -> tuple[bool, list[str]]:
+    """Whether the shard has an offset index (``<shard>.idx``) to compare, and a problem when
+    it does not match the shard. A ``pipe:`` shard has no place beside it: ``pipe:CMD
+    x.tar.idx`` is a command nobody wrote."""
     if scheme_of(url) == "pipe":
-        return []
+        return False, []
     try:
         written = load_index(url)
-        if written is None or np.array_equal(written.offsets, scan_index(url).offsets):
-            return []
+        if written is None:
+            return False, []
+        if np.array_equal(written.offsets, scan_index(url).offsets):
+            return True, []
     except (WdsxError, OSError, ValueError) as exn:
-        return [f"offset index {index_url(url)}: {exn}"]
-    return [f"offset index {index_url(url)} does not match the shard (re-run `wdsx index`)"]
+        return True, [f"offset index {index_url(url)}: {exn}"]
+    return True, [f"offset index {index_url(url)} does not match the shard (re-run `wdsx index`)"]
 
 
-def _checked(manifest_url: str | None, found: bool, images: bool) -> str:
+@dataclass
+class Totals:
+    """What a whole run checked, for its summary line."""
+
+    indexes: int = 0
+    images: int = 0
+    undecodable: int = 0
+
+    def add(self, report: ShardReport) -> None:
+        self.indexes += report.index_compared
+        self.images += report.images
+        self.undecodable += report.undecodable
+
+
+def _checked(manifest_url: str | None, found: bool, images: bool, totals: Totals) -> str:
     """What a run checked, against what, for its summary line."""
-    checks = ["every tar header and member, JSONL line and .npy row read; offset indexes compared"]
+    indexes = f"{totals.indexes} offset index{'es' if totals.indexes != 1 else ''} compared"
+    checks = [f"every tar header and member, JSONL line and .npy row read; {indexes}"]
     if found:
         checks.append(f"sample count, size and SHA-256 compared with the manifest {manifest_url}")
     elif manifest_url:
         checks.append(f"no manifest at {manifest_url}, so counts and hashes were not compared")
     else:
         checks.append("no manifest looked up for pipe: shards (pass --manifest)")
-    checks.append("every image decoded" if images else "images not decoded (--no-images)")
+    if not images:
+        checks.append("images not decoded (--no-images)")
+    elif totals.images == 0:
+        checks.append("no image fields found")
+    else:
+        checks.append(f"{totals.images} images decoded, {totals.undecodable} of them failed")
     return "; ".join(checks)
 
 
@@ -174,6 +206,7 @@ def run(args: argparse.Namespace) -> int:
     total = sum(entry.samples for entry in listed if entry) if all(listed) else None
     shown = sys.stderr.isatty() if args.progress is None else args.progress
     failed = warned = 0
+    totals = Totals()
     with Progress(total, "sample", shown) as progress:
         for url, expected in zip(urls, listed):
             progress.describe(shard_name(url))
@@ -181,11 +214,12 @@ def run(args: argparse.Namespace) -> int:
             if manifest is not None and expected is None:
                 report.problems.append("not listed in the manifest")
             failed += bool(report.problems)
+            totals.add(report)
             warned += sum(report.warnings.values())
             progress.write(f"{'FAIL' if report.problems else 'ok  '} {url}")
             for line in report.lines():
                 progress.write(f"     {line}")
-    checked = _checked(manifest_url, manifest is not None, not args.no_images)
+    checked = _checked(manifest_url, manifest is not None, not args.no_images, totals)
     notes = f"; {warned} decoder warning{'s' if warned != 1 else ''}" if warned else ""
     print(f"{len(urls) - failed} of {len(urls)} shards ok: {checked}{notes}")
     return 1 if failed else 0
