@@ -6,11 +6,13 @@ A page asks for one by a line holding only a marker comment:
 * ``<!-- generated: cli -->``: each ``wdsx`` subcommand's ``--help``, from the parser itself.
 
 So the performance page never holds a pasted number and the CLI page never drifts from the code.
-It also shows the Sphinx roles of the docstrings (``:class:`~wdsx.x.Name```) as plain code.
+It also shows the Sphinx roles of the docstrings (``:class:`~wdsx.x.Name```) as plain code, and
+keeps warnings on under ``mkdocs build --strict --quiet`` (see :func:`on_config`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
@@ -46,6 +48,21 @@ GENERATORS = {
     "<!-- generated: benchmarks -->": lambda: performance_section(RESULTS),
     "<!-- generated: cli -->": cli_section,
 }
+
+
+def on_config(config: object, **kwargs: object) -> None:
+    """Let warnings through to strict mode's count, even under ``--quiet``.
+
+    ``mkdocs build --quiet`` sets the ``mkdocs`` logger's level to ERROR, so a warning (a broken
+    link or anchor, a missing API reference) is dropped before the handler that ``--strict``
+    counts it with sees it, and the build passes. ``make docs`` passes both flags: lowering the
+    level back to WARNING makes such a page fail the build (and prints why), while ``--quiet``
+    still hides the INFO lines.
+    """
+    if getattr(config, "strict", False):
+        logger = logging.getLogger("mkdocs")
+        if logger.getEffectiveLevel() > logging.WARNING:
+            logger.setLevel(logging.WARNING)
 
 
 def on_page_markdown(markdown: str, **kwargs: object) -> str:

@@ -57,7 +57,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("src", help="image folder, or a table: .csv, .jsonl, .parquet")
     parser.add_argument(
-        "dest", help="shard pattern (out/train-%%06d.tar) or prefix (out/train), local or s3://"
+        "dest",
+        help="shard pattern (out/train-%%06d.tar) or prefix (out/train): local, s3://, gs:// or az://",
     )
     parser.add_argument("--maxcount", type=int, default=defaults.maxcount, help="samples per shard at most")
     parser.add_argument(
