@@ -158,3 +158,18 @@ def test_gray_and_cmyk_jpegs_match_pillow(mode):
     data = image_bytes(mode, (20, 30))
     result = wdsx.ImageHandler("rgb8")(".jpg", data)
     assert np.array_equal(result, np.asarray(PIL.Image.open(io.BytesIO(data)).convert("RGB")))
+
+
+@pytest.mark.parametrize("spec", ["pil", "rgb8"])
+def test_bytes_pillow_cannot_identify_are_an_error_naming_the_field_not_a_buffer(tmp_path, spec):
+    from tests.fixtures.shards import write_tar
+
+    shard = write_tar(str(tmp_path / "bad.tar"), [("a.png", b"not a png at all"), ("a.cls", b"1")])
+    with pytest.raises(wdsx.DecodingError) as raised:
+        list(wdsx.WebDataset(shard, shardshuffle=False).decode(spec))
+    message = str(raised.value)
+    assert f"field 'png' of sample 'a' in shard {shard}" in message
+    assert "not an image format Pillow recognises" in message and "BytesIO" not in message
+    with pytest.raises(PIL.UnidentifiedImageError):  # Pillow's own verdict on the same bytes
+        PIL.Image.open(io.BytesIO(b"not a png at all"))
+    assert isinstance(raised.value.__cause__, PIL.UnidentifiedImageError)

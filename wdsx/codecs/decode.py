@@ -20,7 +20,7 @@ import io
 import os
 import pickle
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from wdsx.core.env import ALLOW_PICKLE, pickle_allowed, secure_mode
 from wdsx.core.errors import DecodingError
 from wdsx.core.jsontext import parse_json
 from wdsx.core.limits import Inflation, check_image_pixels, max_image_pixels
+
+if TYPE_CHECKING:
+    import PIL.Image
 
 try:
     import simplejpeg
@@ -185,6 +188,19 @@ def gzfilter(key: str, data: bytes) -> Continue | None:
     return Continue(key[:-3], inflate(data))
 
 
+def open_image(data: bytes) -> PIL.Image.Image:
+    """``data`` opened by Pillow (its header read, no pixel decoded yet). For bytes in no format
+    Pillow knows, Pillow's error names its in-memory buffer (``<_io.BytesIO object at
+    0x...>``), which tells a reader nothing: this raises the same error type saying what is
+    wrong instead."""
+    import PIL.Image
+
+    try:
+        return PIL.Image.open(io.BytesIO(data))
+    except PIL.UnidentifiedImageError:
+        raise PIL.UnidentifiedImageError("not an image format Pillow recognises") from None
+
+
 class ResolvedHandler:
     """A handler that knows, from the field's key alone, which function decodes it
     (:meth:`decoder_for`); the decoder asks it once per extension instead of once per field."""
@@ -252,14 +268,11 @@ class ImageHandler(ResolvedHandler):
         return True
 
     def _decode_pil(self, data: bytes) -> Any:
-        import PIL.Image
-
-        with io.BytesIO(data) as stream:
-            image: PIL.Image.Image = PIL.Image.open(stream)
-            check_image_pixels(image.height, image.width, self.max_pixels)
-            image.load()
-            if image.mode != self.mode.upper():  # a converted copy only where it differs
-                image = image.convert(self.mode.upper())
+        with open_image(data) as opened:
+            check_image_pixels(opened.height, opened.width, self.max_pixels)
+            opened.load()
+            # a converted copy only where the mode differs
+            image = opened if opened.mode == self.mode.upper() else opened.convert(self.mode.upper())
         if self.atype == "pil":
             return image
         return self._finish(np.asarray(image))

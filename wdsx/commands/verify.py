@@ -13,7 +13,6 @@ forces it, ``--no-progress`` turns it off).
 from __future__ import annotations
 
 import argparse
-import io
 import sys
 import warnings
 from collections import Counter
@@ -21,9 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from PIL import Image
 
-from wdsx.codecs.decode import IMAGE_EXTENSIONS
+from wdsx.codecs.decode import IMAGE_EXTENSIONS, open_image
 from wdsx.commands.common import Progress, raw_samples, shard_urls
 from wdsx.core.errors import WdsxError
 from wdsx.core.limits import check_image_pixels, max_image_pixels
@@ -134,7 +132,7 @@ def image_problem(data: bytes, limit: int | None) -> str | None:
     """Why the image ``data`` does not decode within the pixel ``limit``; None when it does.
     The decoded pixels are dropped at once."""
     try:
-        with Image.open(io.BytesIO(data)) as image:
+        with open_image(data) as image:
             check_image_pixels(image.height, image.width, limit)
             if image.format == "JPEG":
                 image.draft(image.mode, (1, 1))  # the smallest scale: 1/64 of the pixels

@@ -22,8 +22,9 @@ from dataclasses import asdict, dataclass, field
 from operator import attrgetter
 from typing import Any
 
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, ImageOps
 
+from wdsx.codecs.decode import open_image
 from wdsx.sources import SourceOptions
 from wdsx.write.dataset import WriteReport, execute
 from wdsx.write.folder import (
@@ -91,15 +92,6 @@ class ConvertReport(WriteReport):
 # --- one image ----------------------------------------------------------------------------------
 
 
-def _opened(data: bytes) -> Image.Image:
-    """``data`` opened by Pillow; a format it does not know is a ValueError saying so (Pillow's
-    own message names the in-memory buffer, ``<_io.BytesIO object at 0x...>``, not the file)."""
-    try:
-        return Image.open(io.BytesIO(data))
-    except UnidentifiedImageError:
-        raise ValueError("not an image format Pillow recognises") from None
-
-
 def check_image(data: bytes, verify: str = "header") -> None:
     """Raise if ``data`` is not a readable image.
 
@@ -107,7 +99,7 @@ def check_image(data: bytes, verify: str = "header") -> None:
     with its end-of-image marker, which catches truncated files at little cost; ``decode``
     also decodes the pixels (JPEG at 1/8 scale, which still reads every coded block).
     """
-    with _opened(data) as image:
+    with open_image(data) as image:
         image_format = image.format or ""
         if verify == "decode":
             if image_format == "JPEG":
@@ -153,7 +145,7 @@ def prepare_image(data: bytes, image_file: ImageFile, settings: ConvertSettings)
     if settings.reencode is None and settings.resize is None:
         check_image(data, settings.verify)
         return image_file.field, data
-    with _opened(data) as image:
+    with open_image(data) as image:
         too_large = settings.resize is not None and min(image.size) > settings.resize
         shorter = settings.resize if too_large else None
         if settings.reencode is None and shorter is None:
