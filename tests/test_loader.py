@@ -241,6 +241,40 @@ def test_a_loader_dropped_mid_epoch_lets_its_workers_go_at_once(uneven_shards):
     assert set(multiprocessing.active_children()) - others == set()
 
 
+_LEAVES_EPOCHS_EARLY = """
+import sys
+import wdsx
+
+dataset = wdsx.WebDataset(sys.argv[1:], manifest=False).batched(4)
+loader = wdsx.WebLoader(dataset, batch_size=None, num_workers=2)
+for epoch in range(4):
+    for step, batch in enumerate(loader):
+        if step == 2:
+            break
+print("done")
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter
+def test_epochs_left_with_break_print_nothing_from_later_workers(uneven_shards):
+    """A loop left with ``break`` leaves its epoch's generator to the garbage collector, which
+    may run it to its end inside a worker forked for a later epoch: that copy must not try to
+    shut down workers it did not start (torch asserts it is their parent, and the assertion's
+    traceback reached the user's terminal once per worker)."""
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", _LEAVES_EPOCHS_EARLY, *uneven_shards.urls],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    assert result.stdout.strip() == "done"
+    assert "Exception ignored" not in result.stderr and "AssertionError" not in result.stderr, result.stderr
+
+
 _IMPORTS_IN_WORKERS = """
 import importlib.abc, json, os, sys
 

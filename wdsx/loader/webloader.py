@@ -488,16 +488,20 @@ def _import_what_workers_import() -> None:
 
 def _running(dataloader: Any) -> Iterator:
     """The batches of ``dataloader``; its workers are shut down when this generator ends,
-    however it ends."""
+    however it ends, in the process that started them. A loop left with ``break`` can leave
+    this generator in a reference cycle, collected later, possibly inside a worker forked for
+    the next epoch (a copy of this process): there it has no workers to shut down."""
     batches = iter(dataloader)
+    owner = os.getpid()
     _RUNNING[id(batches)] = batches
     try:
         yield from batches
     finally:
-        del _RUNNING[id(batches)]
-        shut_down = getattr(batches, "_shutdown_workers", None)
-        if shut_down is not None:
-            shut_down()
+        if os.getpid() == owner:
+            del _RUNNING[id(batches)]
+            shut_down = getattr(batches, "_shutdown_workers", None)
+            if shut_down is not None:
+                shut_down()
 
 
 def _upgrade_worker(dataset: DataPipeline, state: JsonDict) -> JsonDict:
