@@ -380,3 +380,30 @@ def test_a_subarray_dtype_in_the_header_is_a_shard_error(tmp_path):
         np.load(path)
     with pytest.raises(wdsx.ShardError, match="sub.npy: .*subarray type"):
         list(wdsx.WebDataset(path, manifest=False))
+
+
+def _damaged(tmp_path, kind: str) -> str:
+    """A damaged .npy shard: no header, missing, or shorter than its header says."""
+    path = str(tmp_path / f"{kind}.npy")
+    if kind == "junk":
+        with open(path, "wb") as out:
+            out.write(b"not an npy file" * 5)
+    elif kind == "short":
+        np.save(path, np.arange(40, dtype=np.int64).reshape(10, 4))
+        with open(path, "r+b") as out:
+            out.truncate(os.path.getsize(path) - 80)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["junk", "missing", "short"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_damaged_shard_is_skipped_by_a_continuing_handler_and_named_otherwise(tmp_path, kind, workers):
+    good = str(tmp_path / "good.npy")
+    np.save(good, np.arange(24, dtype=np.float32).reshape(6, 4))
+    urls = [_damaged(tmp_path, kind), good]
+    dataset = wdsx.WebDataset(urls, shardshuffle=False, handler=wdsx.warn_and_continue).batched(4)
+    loader = wdsx.WebLoader(dataset, batch_size=None, num_workers=workers)
+    rows = np.concatenate([batch["npy"] for batch in loader])
+    assert np.array_equal(rows, np.load(good))  # the good shard, whole, and nothing else
+    with pytest.raises((wdsx.ShardError, wdsx.SourceError), match=urls[0]):
+        list(wdsx.WebDataset(urls, shardshuffle=False))

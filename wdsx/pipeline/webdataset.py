@@ -227,7 +227,7 @@ class WebDataset(DataPipeline):
             return list(counts)
         if self.manifest is not None and self._manifest_counts:
             return self.manifest.counts_for(self.urls)
-        return header_counts(self.urls, self.options)
+        return header_counts(self.urls, self.options, self._settings.handler)
 
     def _scan_counts(self) -> list[int]:
         from wdsx.read.manifest import scan_counts

@@ -157,12 +157,28 @@ def read_header(url: str, options: SourceOptions | None = None) -> NpyHeader:
         return parse_header(url, source.read)
 
 
-def header_counts(urls: Sequence[str], options: SourceOptions | None = None) -> list[int] | None:
+def header_counts(
+    urls: Sequence[str],
+    options: SourceOptions | None = None,
+    handler: Callable[[Exception], Any] | None = None,
+) -> list[int] | None:
     """Per-shard sample counts read from the headers when every shard is an ``.npy`` shard
-    (one small read each); None otherwise."""
+    (one small read each); None otherwise. A header that cannot be read raises, or, with a
+    ``handler`` that does not raise, is reported to it and counted as 0 rows: the shard is
+    then skipped, or, when the handler chose to stop, ends the stream where it is read."""
     if not urls or any(format_of(url) != "npy" for url in urls):
         return None
-    return [read_header(url, options).rows for url in urls]
+    return [_header_rows(url, options, handler) for url in urls]
+
+
+def _header_rows(url: str, options: SourceOptions | None, handler: Callable[[Exception], Any] | None) -> int:
+    try:
+        return read_header(url, options).rows
+    except Exception as exn:  # any failure to read the header is the shard's problem
+        if handler is None:
+            raise
+        handler(exn)
+        return 0
 
 
 def count_rows(url: str, read: Callable[[int], bytes]) -> int:

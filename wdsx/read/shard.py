@@ -160,12 +160,15 @@ def read_piece(
     ``settings.index_sizes``, each sample also gets its measures from the shard's index."""
     kind = formats.format_of(url)
     samples: formats.Samples
-    if kind == "jsonl":
-        samples = jsonl.read_piece(url, cursor, stop, settings, extra, prefetcher, count)
-    elif kind == "npy":
-        samples = npy.read_piece(url, cursor, stop, settings, extra, prefetcher, count, row_seed)
-    else:
-        samples = _read_tar(url, cursor, stop, settings, extra, prefetcher, count)
+    try:
+        if kind == "jsonl":
+            samples = jsonl.read_piece(url, cursor, stop, settings, extra, prefetcher, count)
+        elif kind == "npy":
+            samples = npy.read_piece(url, cursor, stop, settings, extra, prefetcher, count, row_seed)
+        else:
+            samples = _read_tar(url, cursor, stop, settings, extra, prefetcher, count)
+    except Exception as exn:  # a shard that fails as it opens (a .npy map, say) fails where it is read
+        return _failing(exn)
     if settings.fields is not None:
         from wdsx.read.fieldsets import join_fields  # imported here: that module imports this one
 
@@ -175,6 +178,13 @@ def read_piece(
     from wdsx.read.index import with_index_sizes  # imported here: the index module imports this one
 
     return with_index_sizes(url, samples, settings.options)
+
+
+def _failing(exn: Exception) -> Generator[dict[str, Any], None, None]:
+    """No samples: ``exn`` raised at the first read, where the reader's handler sees the errors
+    of every shard (opening a ``.npy`` shard maps and checks it at once)."""
+    yield from ()
+    raise exn
 
 
 def _read_tar(
