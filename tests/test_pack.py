@@ -311,3 +311,57 @@ def test_a_re_deal_to_another_topology_delivers_every_token_once(monkeypatch, co
         resumed.load_state_dict(state)
         after += [row for batch in resumed for row in rows_of(batch)]
     assert_each_token_once(before + after, oracle_documents(corpus), split)
+
+
+def mixed_loader(urls, workers) -> wdsx.WebLoader:
+    """``pack`` after a mixture of two sources (half of the shards each), on ``workers``."""
+    half = len(urls) // 2
+    sources = [
+        wdsx.WebDataset(part, shardshuffle=True, manifest=False).shuffle(7).map(tokens_of)
+        for part in (urls[:half], urls[half:])
+    ]
+    rows = wdsx.Mix(sources, [1, 2], seed=5).pack("tokens", LENGTH, pad=-1)
+    batches = rows.batched(3, collation_fn=wdsx.collate_packed)
+    return wdsx.WebLoader(batches, batch_size=None, num_workers=workers)
+
+
+@pytest.mark.slow  # worker processes
+@pytest.mark.parametrize("workers", [0, 1, 3])
+def test_a_re_deal_of_pack_after_a_mixture_delivers_every_token_once(corpus, workers):
+    """The mixer re-deals each source on its own; the packer's counts of tokens already
+    emitted must reach the new readers with them, or a document split at the cut comes back
+    whole."""
+    first = mixed_loader(corpus, 2)
+    batches = iter(first)
+    before = [row for _ in range(3) for row in rows_of(next(batches))]
+    state = json.loads(json.dumps(first.state_dict()))
+    del batches
+    first.close()
+    assert any(held_starts(state))  # a document was split at the cut
+    resumed = mixed_loader(corpus, workers)
+    resumed.load_state_dict(state)
+    after = [row for batch in resumed for row in rows_of(batch)]
+    assert_each_token_once(before + after, oracle_documents(corpus))
+
+
+def main_process_loader(urls, workers) -> wdsx.DataPipeline:
+    """``pack`` among the loader's own stages: documents come from the workers in batches."""
+    documents = wdsx.WebDataset(urls, shardshuffle=True, manifest=False).shuffle(7).map(tokens_of)
+    loader = wdsx.WebLoader(documents.batched(4, collation_fn=None), batch_size=None, num_workers=workers)
+    rows = loader.unlisted().pack("tokens", LENGTH, pad=-1)
+    return rows.batched(3, collation_fn=wdsx.collate_packed)
+
+
+@pytest.mark.slow  # worker processes
+@pytest.mark.parametrize("workers", [0, 1, 3])
+def test_a_re_deal_of_pack_in_the_loaders_own_stages_delivers_every_token_once(corpus, workers):
+    first = main_process_loader(corpus, 2)
+    batches = iter(first)
+    before = [row for _ in range(3) for row in rows_of(next(batches))]
+    state = json.loads(json.dumps(first.state_dict()))
+    del batches
+    assert any(held_starts(state))  # a document was split at the cut
+    resumed = main_process_loader(corpus, workers)
+    resumed.load_state_dict(state)
+    after = [row for batch in resumed for row in rows_of(batch)]
+    assert_each_token_once(before + after, oracle_documents(corpus))

@@ -745,13 +745,17 @@ class WebLoader(DataPipeline):
             state.to_json() for state in new_states[rank * self.slots : (rank + 1) * self.slots]
         ]
         template = rank_states[0]
+        table = PositionTable()
+        # what the loader's own stages hand every new rank (a packer's counts of tokens emitted)
+        carried = redeal.carried_states(rank_states, self.pipeline, table, skip=0)
         return PipelineState(
             template.fingerprint,
             template.seed,
             rank,
             world,
             template.epoch,
-            {LoaderSource.state_key: progress.to_json(PositionTable())},
+            {LoaderSource.state_key: progress.to_json(table), **carried},
+            table.urls,
             passes=template.passes,
             skip=template.skip,
             skip_keys=template.skip_keys,

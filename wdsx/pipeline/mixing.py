@@ -339,7 +339,9 @@ class MixSource(Stage):
         readers: RedealTarget,
     ) -> list[PipelineState]:
         """Each source's unread rest dealt to the new readers on its own; samples held by
-        stages after the mixer go back to the source whose shard they came from."""
+        stages after the mixer go back to the source whose shard they came from, and what those
+        stages hand every new reader (a packer's counts of tokens already emitted) goes with
+        them, as for a single source."""
         key = stage_keys(stages)[index]
         held = list(leftovers)
         mixes = []
@@ -364,6 +366,7 @@ class MixSource(Stage):
             mix.base = drawn
             mix.sources = [dealt[k][reader].to_json() for k in range(len(self.sources))]
             table = PositionTable()
+            carried = redeal.carried_states(states, stages, table, skip=index)
             fresh.append(
                 PipelineState(
                     first.fingerprint,
@@ -371,7 +374,7 @@ class MixSource(Stage):
                     reader,
                     readers.readers,
                     first.epoch,
-                    {key: mix.to_json(table)},
+                    {key: mix.to_json(table), **carried},
                     table.urls,
                 )
             )
