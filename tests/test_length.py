@@ -86,3 +86,21 @@ def test_unknown_counts_say_how_to_give_them(data):
         len(dataset)
     with pytest.raises(TypeError, match="unpredictably"):
         len(wdsx.WebDataset(data.urls, counts=COUNTS).select(lambda s: True))
+
+
+def test_a_datasets_with_epoch_has_no_len_as_on_webdataset_and_a_loaders_has(data):
+    """Each DataLoader worker yields a dataset's ``with_epoch(n)`` items, so a ``len()`` of
+    ``n`` made Lightning end its epochs after half the batches of 2 workers."""
+    import webdataset
+    from torch.utils.data import DataLoader
+
+    for library in (webdataset, wdsx):
+        dataset = library.WebDataset(data.urls, shardshuffle=False).batched(2).with_epoch(10)
+        with pytest.raises(TypeError):
+            len(DataLoader(dataset, batch_size=None, num_workers=2))
+    dataset = wdsx.WebDataset(data.urls, shardshuffle=False).batched(2).with_epoch(10)
+    assert len(list(DataLoader(dataset, batch_size=None, num_workers=2))) == 20
+    loader = wdsx.WebLoader(
+        wdsx.WebDataset(data.urls, shardshuffle=False).batched(2), batch_size=None, num_workers=2
+    )
+    assert len(loader.with_epoch(10)) == 10 == len(list(loader))

@@ -539,6 +539,8 @@ class WebLoader(DataPipeline):
     ``reuse_shared_memory`` do not apply.
     """
 
+    counts_its_workers = True
+
     def __init__(
         self,
         dataset: Any,

@@ -164,6 +164,10 @@ class DataPipeline(FluidInterface):
     a checkpoint is read (:class:`~wdsx.state.position.PackedPositions`): set in WebLoader
     workers, which write a state with every batch."""
 
+    counts_its_workers: bool = False
+    """Whether ``with_epoch(n)`` gives this pipeline's ``len()``: True for a loader, whose
+    epoch length counts all its workers' items; a dataset's ``with_epoch(n)`` holds for each
+    DataLoader worker, which it cannot count."""
     decode_threads: int = 1
     """Threads that decode each batch's images, where decoding goes straight into batches
     (:mod:`wdsx.stages.plan`); WebLoader's ``decode_threads`` sets it in its workers."""
@@ -285,12 +289,21 @@ class DataPipeline(FluidInterface):
         return " | ".join(parts)
 
     def __len__(self) -> int:
-        """Items the next ``iter()`` yields in this process: from ``with_length(n)`` or
-        ``with_epoch(n)``, else computed from the per-shard sample counts and the stages
-        (a pipeline resumed from a checkpoint reports what is left of its epoch). A
-        ``TypeError`` says why when that cannot be known."""
+        """Items the next ``iter()`` yields in this process: from ``with_length(n)``, else
+        computed from the per-shard sample counts and the stages (a pipeline resumed from a
+        checkpoint reports what is left of its epoch). A ``TypeError`` says why when that
+        cannot be known: also for a dataset with ``with_epoch(n)``, as on webdataset, because
+        each DataLoader worker then yields ``n`` items, and a ``len()`` of ``n`` would end
+        a trainer's epoch (Lightning's) after a share of it. A loader's own ``with_epoch(n)``
+        gives its length."""
         if self.size is not None:
             return self.size
+        if self.nsamples > 0 and not self.counts_its_workers:
+            raise TypeError(
+                f"{type(self).__name__}.with_epoch({self.nsamples}) has no len(): every DataLoader worker "
+                "yields that many items. Call with_epoch on the WebLoader for a length per rank, or "
+                "give one with .with_length(n)"
+            )
         topology = distributed.current(self._captured)
         self.prepare(topology, endless=self.nsamples > 0 or self.repetitions == sys.maxsize)
         return max(0, self.epoch_count(topology).items - self._yielded_already())
