@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.fixtures.shards import tar_bytes
+import wdsx
+from tests.fixtures.shards import tar_bytes, write_tar
 from wdsx.errors import ShardError
 from wdsx.read.tar import iter_members, scan_headers
 
@@ -197,3 +198,20 @@ def test_a_shard_compressed_without_saying_so_resumes(tmp_path):
     resumed = wdsx.WebDataset(str(path), manifest=False)
     resumed.load_state_dict(dataset.state_dict())
     assert first + [s["__key__"] for s in resumed] == [f"k{i:03d}" for i in range(30)]
+
+
+def test_a_duplicate_member_goes_to_the_handler_and_the_shard_reads_on_as_on_webdataset(tmp_path):
+    import webdataset
+
+    members = [("a.txt", b"a"), ("b.txt", b"b1"), ("b.txt", b"b2"), ("c.txt", b"c"), ("d.txt", b"d")]
+    shard = write_tar(str(tmp_path / "dup.tar"), members)
+
+    def read(library):
+        dataset = library.WebDataset(shard, shardshuffle=False, handler=library.ignore_and_continue)
+        return [(sample["__key__"], sample["txt"]) for sample in dataset]
+
+    assert read(wdsx) == read(webdataset) == [("a", b"a"), ("b", b"b1"), ("c", b"c"), ("d", b"d")]
+    with pytest.raises(
+        ShardError, match=r"duplicate extension 'txt' in sample 'b'.*'b.txt' at byte offset 2048"
+    ):
+        list(wdsx.WebDataset(shard, shardshuffle=False))

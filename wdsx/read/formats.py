@@ -40,11 +40,6 @@ class Samples(Protocol):
     def close(self) -> None: ...
 
 
-class StreamStopped(Exception):
-    """Raised by a reader whose error handler, asked about one bad record, chose to end the
-    stream: the handler has had its say, so the reading stage stops without asking again."""
-
-
 def format_of(url: str) -> str:
     """``"jsonl"``, ``"npy"`` or ``"tar"`` (anything else, compressed or not), by the name."""
     path = without_query(url)

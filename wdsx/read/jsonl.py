@@ -34,8 +34,8 @@ from wdsx.core.extras import install_hint
 from wdsx.core.jsontext import parse_json
 from wdsx.core.limits import MAX_LINE, max_line_bytes
 from wdsx.core.streams import Prefixed
-from wdsx.read.formats import StreamStopped, seekable, shard_stem, with_extra
-from wdsx.read.samples import POSITION, Cursor
+from wdsx.read.formats import seekable, shard_stem, with_extra
+from wdsx.read.samples import POSITION, Cursor, StreamStopped
 from wdsx.sources import Source, SourceOptions, open_source, scheme_of
 from wdsx.state.position import make_position
 

@@ -93,6 +93,11 @@ class Cursor:
         self.done = False
 
 
+class StreamStopped(Exception):
+    """Raised by a reader whose error handler, asked about one bad record, chose to end the
+    stream: the handler has had its say, so the reading stage stops without asking again."""
+
+
 def group_members(
     members: Iterable[tuple[str, int, bytes]],
     url: str,
@@ -102,12 +107,16 @@ def group_members(
     rename_files: Callable[[str], str] | None = None,
     select_files: Callable[[str], bool] | None = None,
     extra: dict[str, Any] | None = None,
+    handler: Callable[[Exception], bool] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Group ``(name, offset, data)`` members into sample dicts.
 
     ``cursor`` starts at the first sample's offset and ordinal; after each sample is yielded
     it holds the next sample's. Grouping stops before ordinal ``stop``. ``extra`` fields
-    (such as ``__local_path__``) are added to every sample.
+    (such as ``__local_path__``) are added to every sample. A second member with a sample's
+    extension is a :class:`ShardError`, raised, or given to ``handler``: one that continues
+    drops that member and reads on (the sample keeps its first, as on webdataset), one that
+    stops ends the stream (:class:`StreamStopped`).
     """
     sample: dict[str, Any] = {}
     key: str | None = None
@@ -156,7 +165,11 @@ def group_members(
             if extra:
                 sample.update(extra)
         elif ext in sample:
-            raise ShardError(url, offset, f"duplicate extension {ext!r} in sample {prefix!r}", name)
+            error = ShardError(url, offset, f"duplicate extension {ext!r} in sample {prefix!r}", name)
+            if handler is None:
+                raise error
+            if not handler(error):
+                raise StreamStopped from error
         else:
             sample[ext] = data
     cursor.done = True

@@ -237,6 +237,7 @@ def _read_tar(
             rename_files=settings.rename_files,
             select_files=settings.select_files,
             extra=extra,
+            handler=settings.handler,
         )
         if offset is None or pad:
             for sample in samples:

@@ -19,11 +19,10 @@ from wdsx.core.errors import Handler, NoSamplesError, StateError, reraise_except
 from wdsx.core.sampleseed import EPOCH_SEED
 from wdsx.read import deal as planning
 from wdsx.read.fieldsets import FieldJoin, FieldSet
-from wdsx.read.formats import StreamStopped
 from wdsx.read.npy import epoch_row_seed
 from wdsx.read.progress import ReaderProgress, upgrade_plan_v2
 from wdsx.read.rows import RowSource
-from wdsx.read.samples import POSITION, Cursor
+from wdsx.read.samples import POSITION, Cursor, StreamStopped
 from wdsx.read.shard import ReadSettings, read_piece, read_positions, stream_offset
 from wdsx.sources import SourceOptions
 from wdsx.sources.prefetch import Prefetcher
