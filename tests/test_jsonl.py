@@ -11,6 +11,7 @@ import json
 import logging
 import lzma
 import os
+import zlib
 from collections import Counter
 
 import pytest
@@ -160,6 +161,21 @@ def test_a_compressed_shard_resumes_by_rereading_logged(tmp_path, caplog):
         resumed = list(read_piece(data.urls[0], Cursor(at.offset, at.ordinal), None, settings))
     assert resumed == samples[20:]
     assert any("reading it from the start to reach offset" in r.message for r in caplog.records)
+
+
+def test_a_truncated_compressed_shard_names_how_far_its_lines_were_read(tmp_path):
+    lines = b"".join(json.dumps({"n": n, "text": "x" * (n % 50)}).encode() + b"\n" for n in range(2000))
+    packed = gzip.compress(lines)
+    path = tmp_path / "cut.jsonl.gz"
+    path.write_bytes(packed[: len(packed) // 2])
+    samples = []
+    with pytest.raises(wdsx.ShardError) as raised:
+        samples.extend(wdsx.WebDataset(str(path), shardshuffle=False))
+    offset = raised.value.offset
+    assert offset is not None and "unknown offset" not in str(raised.value)
+    # the lines read before the error all lie before that offset of the decompressed bytes
+    assert 0 < len(samples) and lines[:offset].count(b"\n") >= len(samples)
+    assert offset <= len(zlib.decompressobj(31).decompress(packed[: len(packed) // 2]))
 
 
 def build(urls, shardshuffle, bufsize, batch, workers, main_stages):

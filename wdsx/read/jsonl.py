@@ -71,11 +71,17 @@ def decompressed(
         stream, _ = uncompressed(read, readinto)
         errors = (DecompressionError,)
 
+    delivered = 0  # decompressed bytes handed out: where the lines' byte offsets point
+
     def read_decompressed(n: int) -> bytes:
+        nonlocal delivered
         try:
-            return stream.read(n)
+            data = stream.read(n)
         except errors as exn:
-            raise ShardError(url, None, f"cannot decompress the shard: {exn}") from exn
+            reason = f"cannot decompress the shard past its first {delivered} bytes of lines: {exn}"
+            raise ShardError(url, delivered, reason) from exn
+        delivered += len(data)
+        return data
 
     return read_decompressed
 
