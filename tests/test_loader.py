@@ -241,6 +241,16 @@ def test_a_loader_dropped_mid_epoch_lets_its_workers_go_at_once(uneven_shards):
     assert set(multiprocessing.active_children()) - others == set()
 
 
+def run_script(script: str, urls: list[str]):
+    """``script`` run by a fresh interpreter with the shard URLs as arguments; it must succeed."""
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-c", script, *urls], capture_output=True, text=True, check=True, timeout=120
+    )
+
+
 _LEAVES_EPOCHS_EARLY = """
 import sys
 import wdsx
@@ -261,16 +271,7 @@ def test_epochs_left_with_break_print_nothing_from_later_workers(uneven_shards):
     may run it to its end inside a worker forked for a later epoch: that copy must not try to
     shut down workers it did not start (torch asserts it is their parent, and the assertion's
     traceback reached the user's terminal once per worker)."""
-    import subprocess
-    import sys
-
-    result = subprocess.run(
-        [sys.executable, "-c", _LEAVES_EPOCHS_EARLY, *uneven_shards.urls],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
+    result = run_script(_LEAVES_EPOCHS_EARLY, uneven_shards.urls)
     assert result.stdout.strip() == "done"
     assert "Exception ignored" not in result.stderr and "AssertionError" not in result.stderr, result.stderr
 
@@ -317,13 +318,7 @@ def test_workers_inherit_numpy_random_instead_of_importing_it(uneven_shards):
     )
     if plain.stdout.strip() == "True":
         pytest.skip("importing wdsx imports numpy.random here")
-    result = subprocess.run(
-        [sys.executable, "-c", _IMPORTS_IN_WORKERS, *uneven_shards.urls],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
+    result = run_script(_IMPORTS_IN_WORKERS, uneven_shards.urls)
     imported_in_worker = json.loads(result.stdout)
     assert imported_in_worker and not any(imported_in_worker)
 

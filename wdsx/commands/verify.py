@@ -159,23 +159,12 @@ def _offsets_problems(url: str) -> tuple[bool, list[str]]:
     return True, [f"offset index {index_url(url)} does not match the shard (re-run `wdsx index`)"]
 
 
-@dataclass
-class Totals:
-    """What a whole run checked, for its summary line."""
-
-    indexes: int = 0
-    images: int = 0
-    undecodable: int = 0
-
-    def add(self, report: ShardReport) -> None:
-        self.indexes += report.index_compared
-        self.images += report.images
-        self.undecodable += report.undecodable
-
-
-def _checked(manifest_url: str | None, found: bool, images: bool, totals: Totals) -> str:
-    """What a run checked, against what, for its summary line."""
-    indexes = f"{totals.indexes} offset index{'es' if totals.indexes != 1 else ''} compared"
+def _checked(manifest_url: str | None, found: bool, images: bool, reports: list[ShardReport]) -> str:
+    """What a run checked (its shards' ``reports``), against what, for its summary line."""
+    compared = sum(report.index_compared for report in reports)
+    decoded = sum(report.images for report in reports)
+    failed = sum(report.undecodable for report in reports)
+    indexes = f"{compared} offset index{'es' if compared != 1 else ''} compared"
     checks = [f"every tar header and member, JSONL line and .npy row read; {indexes}"]
     if found:
         checks.append(f"sample count, size and SHA-256 compared with the manifest {manifest_url}")
@@ -185,10 +174,10 @@ def _checked(manifest_url: str | None, found: bool, images: bool, totals: Totals
         checks.append("no manifest looked up for pipe: shards (pass --manifest)")
     if not images:
         checks.append("images not decoded (--no-images)")
-    elif totals.images == 0:
+    elif decoded == 0:
         checks.append("no image fields found")
     else:
-        checks.append(f"{totals.images} images decoded, {totals.undecodable} of them failed")
+        checks.append(f"{decoded} images decoded, {failed} of them failed")
     return "; ".join(checks)
 
 
@@ -204,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
     total = sum(entry.samples for entry in listed if entry) if all(listed) else None
     shown = sys.stderr.isatty() if args.progress is None else args.progress
     failed = warned = 0
-    totals = Totals()
+    reports = []
     with Progress(total, "sample", shown) as progress:
         for url, expected in zip(urls, listed):
             progress.describe(shard_name(url))
@@ -212,12 +201,12 @@ def run(args: argparse.Namespace) -> int:
             if manifest is not None and expected is None:
                 report.problems.append("not listed in the manifest")
             failed += bool(report.problems)
-            totals.add(report)
+            reports.append(report)
             warned += sum(report.warnings.values())
             progress.write(f"{'FAIL' if report.problems else 'ok  '} {url}")
             for line in report.lines():
                 progress.write(f"     {line}")
-    checked = _checked(manifest_url, manifest is not None, not args.no_images, totals)
+    checked = _checked(manifest_url, manifest is not None, not args.no_images, reports)
     notes = f"; {warned} decoder warning{'s' if warned != 1 else ''}" if warned else ""
     print(f"{len(urls) - failed} of {len(urls)} shards ok: {checked}{notes}")
     return 1 if failed else 0
