@@ -938,11 +938,101 @@ case(
     """
     import webdataset as wds
 
-    dataset = wds.WebDataset(DATA["urls"] * 4, shardshuffle=100, seed=7)
+    dataset = wds.WebDataset(DATA["urls"] * 4, shardshuffle=100)
     result = [[s["__key__"] for s in dataset] for _ in range(3)]
     """,
-    differs="webdataset repeats one shard order every epoch; wdsx draws a new one from seed and epoch",
+    differs=(
+        "without a seed, webdataset picks a random one and repeats its shard order every epoch; "
+        "wdsx draws a new order from its seed and the epoch"
+    ),
     check=new_order_every_epoch,
+)
+case(
+    "shard-order-seeded",
+    """
+    import webdataset as wds
+
+    dataset = wds.WebDataset(DATA["urls"] * 4, shardshuffle=5, seed=7)
+    detshuffled = wds.WebDataset(DATA["urls"] * 4, shardshuffle=5, seed=7, detshuffle=True)
+    listed = wds.DataPipeline(wds.SimpleShardList(DATA["urls"] * 4, seed=7), wds.tarfile_to_samples())
+    resampled = wds.DataPipeline(
+        wds.ResampledShards(DATA["urls"], nshards=6, seed=7, deterministic=True), wds.tarfile_to_samples()
+    )
+    each = (dataset, detshuffled, listed, resampled)
+    result = [[[s["__key__"] for s in pipeline] for _ in range(2)] for pipeline in each]
+    """,
+)
+case(
+    "subclass-overrides-create-url-iterator",
+    """
+    import random
+
+    import torch
+    import webdataset as wds
+    from webdataset import shardlists, utils
+
+    class EpochShardList(shardlists.SimpleShardList):
+        def __init__(self, urls, seed):
+            super().__init__(urls, seed)
+            self.epoch = -1
+
+        def __iter__(self):
+            self.epoch += 1
+            urls = list(self.urls)
+            random.Random(self.seed + self.epoch).shuffle(urls)
+            for url in urls:
+                yield dict(url=url)
+
+    class Shards(wds.WebDataset):
+        def __init__(self, urls, listed):
+            self.listed = listed
+            super().__init__(urls, shardshuffle=2, detshuffle=True, seed=4, nodesplitter=wds.split_by_node)
+            self.append(wds.filters.map(lambda s: s["__key__"]))
+
+        def update_cache_info(self, args):
+            super().update_cache_info(args)
+            self.cache_seen = args.cache_dir
+
+        def create_url_iterator(self, args):
+            if self.listed and utils.is_iterable(args.urls):
+                self.append(EpochShardList(args.urls, seed=11))
+            else:
+                super().create_url_iterator(args)
+
+    own, plain = Shards(DATA["urls"] * 2, True), Shards(DATA["urls"], False)
+    result = [[list(own) for _ in range(2)], list(plain), own.cache_seen]
+    result.append(list(torch.utils.data.DataLoader(own, batch_size=None, num_workers=2)))
+    """,
+)
+case(
+    "subclass-overrides-iterator1",
+    """
+    import webdataset as wds
+
+    class Tagged(wds.DataPipeline):
+        def iterator1(self):
+            for key in super().iterator1():
+                yield "tagged " + key
+
+    class Doubled(wds.DataPipeline):
+        def iterator(self):
+            for key in super().iterator():
+                yield key
+                yield key
+
+    def stages():
+        return wds.SimpleShardList(DATA["urls"]), wds.tarfile_to_samples(), wds.map(lambda s: s["__key__"])
+
+    class Upper(wds.PipelineStage):
+        def run(self, src):
+            return (key.upper() for key in src)
+
+    plain = wds.DataPipeline(*stages()).repeat(2)
+    result = [list(Tagged(*stages()).repeat(2)), list(Doubled(*stages()))[:6]]
+    result.append(list(Tagged(*stages()).with_epoch(3)))
+    result += [list(plain.iterator1()), list(plain.iterator()), list(plain.invoke(Upper(), iter(["a", "b"])))]
+    result += [list(plain.invoke(wds.map(str.upper), iter(["c"]))), list(plain.invoke(["d"]))]
+    """,
 )
 case(
     "shuffle-buffer-seeded",

@@ -225,10 +225,13 @@ def test_the_shard_local_sampler_stays_in_one_shard_at_a_time(corpora):
     assert list(ShardLocalSampler(dataset, shuffle=False)) == list(range(len(dataset)))
 
 
-def test_the_sampler_reads_npy_rows_in_the_streaming_order(corpora):
+def test_the_sampler_reads_npy_rows_in_the_streaming_order(corpora, monkeypatch):
+    """The streaming order of a shard shuffle without an explicit seed (one would ask for
+    webdataset's order), under the pipeline seed ``$WDS_SEED``."""
+    monkeypatch.setenv("WDS_SEED", "5")
     dataset = IndexedDataset(corpora["npy"])
     sampler = ShardLocalSampler(dataset, seed=5)
-    streaming = wdsx.WebDataset(corpora["npy"], shardshuffle=True, seed=5)
+    streaming = wdsx.WebDataset(corpora["npy"], shardshuffle=True)
     for epoch in range(2):
         sampler.set_epoch(epoch)
         assert [dataset[i]["__key__"] for i in sampler] == [s["__key__"] for s in streaming]

@@ -1,4 +1,5 @@
-"""Seeded shuffles give webdataset's order element for element, and still resume exactly.
+"""Seeded shuffles, of samples and of shards, give webdataset's order element for element,
+and still resume exactly.
 
 The oracle for the order is webdataset 1.0.2 itself (same input, same seed); the oracle for
 resuming is the uninterrupted run. Old checkpoints of a seeded shuffle (written when it drew
@@ -152,6 +153,86 @@ def test_a_checkpoint_from_before_seeded_shuffles_followed_webdataset_finishes_i
     later_epoch = [key for batch in resumed for key in batch[0]]
     theirs = webdataset.WebDataset(two_shards.urls, shardshuffle=False).shuffle(10, initial=3, seed=9)
     assert later_epoch == keys(theirs)
+
+
+# --- seeded shard shuffles: each reader shuffles its own shards, as in webdataset -----------
+SHARD_SHUFFLES = [
+    {"shardshuffle": 100, "seed": 7},
+    {"shardshuffle": 5, "seed": 3},
+    {"shardshuffle": True, "seed": 11},
+    {"shardshuffle": 4, "seed": 5, "detshuffle": True},
+]
+
+
+@pytest.fixture(scope="module")
+def many_shards(tmp_path_factory):
+    return make_shards(str(tmp_path_factory.mktemp("many")), [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9] * 2)
+
+
+def loader_epochs(library, urls, workers: int, epochs: int = 2, **options) -> list[list[str]]:
+    """Each epoch's keys from a torch DataLoader (persistent workers, as webdataset's
+    ``detshuffle`` needs to count epochs in workers) over the library's WebDataset."""
+    import torch
+
+    dataset = library.WebDataset(urls, **options).to_tuple("__key__").batched(3)
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=None, num_workers=workers, persistent_workers=workers > 0
+    )
+    return [[key for batch in loader for key in batch[0]] for _ in range(epochs)]
+
+
+@pytest.mark.parametrize("options", SHARD_SHUFFLES)
+def test_a_seeded_shard_shuffle_gives_webdatasets_order(many_shards, options):
+    theirs = loader_epochs(webdataset, many_shards.urls, 0, 3, **options)
+    assert loader_epochs(wdsx, many_shards.urls, 0, 3, manifest=False, **options) == theirs
+    assert (theirs[0] != theirs[1]) == bool(options.get("detshuffle"))
+
+
+@pytest.mark.slow  # DataLoader worker processes
+@pytest.mark.parametrize("workers", [2, 3])
+@pytest.mark.parametrize("options", [SHARD_SHUFFLES[1], SHARD_SHUFFLES[3]])
+def test_a_seeded_shard_shuffle_gives_webdatasets_order_in_workers(many_shards, workers, options):
+    theirs = loader_epochs(webdataset, many_shards.urls, workers, **options)
+    assert loader_epochs(wdsx, many_shards.urls, workers, manifest=False, **options) == theirs
+
+
+@pytest.mark.slow  # DataLoader worker processes on two ranks
+def test_a_seeded_shard_shuffle_gives_webdatasets_order_on_every_rank(many_shards, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for rank in range(2):
+        monkeypatch.setenv("RANK", str(rank))
+        options = {"nodesplitter": webdataset.split_by_node, **SHARD_SHUFFLES[1]}
+        theirs = loader_epochs(webdataset, many_shards.urls, 2, **options)
+        options["nodesplitter"] = wdsx.split_by_node
+        ours = loader_epochs(wdsx, many_shards.urls, 2, manifest=False, remainder="exact", **options)
+        assert ours == theirs, rank
+
+
+def seeded_shards_loader(urls, workers: int):
+    dataset = wdsx.WebDataset(urls, shardshuffle=4, seed=5, detshuffle=True).to_tuple("__key__")
+    return wdsx.WebLoader(dataset.batched(3), batch_size=None, num_workers=workers)
+
+
+@pytest.mark.slow  # WebLoader worker processes at each cut
+def test_a_seeded_shard_shuffle_resumes_exactly(many_shards):
+    report = wdsx.check_resume(lambda: seeded_shards_loader(many_shards.urls, 2), cuts=3, epochs=2)
+    assert report.identical, str(report)
+
+
+@pytest.mark.slow  # WebLoader worker processes, on three worker counts
+@pytest.mark.parametrize("resumed_on", [0, 3])
+def test_a_seeded_shard_shuffle_resumed_on_other_workers_reads_each_sample_once(many_shards, resumed_on):
+    first = seeded_shards_loader(many_shards.urls, 2)
+    batches = iter(first)
+    seen = [key for _ in range(9) for key in next(batches)[0]]
+    state = json.loads(json.dumps(first.state_dict()))
+    del batches
+    first.close()
+    resumed = seeded_shards_loader(many_shards.urls, resumed_on)
+    resumed.load_state_dict(state)
+    seen += [key for batch in resumed for key in batch[0]]
+    assert sorted(seen) == sorted(many_shards.keys)
+    assert len(seen) == len(many_shards.keys)
 
 
 @pytest.mark.parametrize("seed", [0, 12345, "text seed"])

@@ -26,7 +26,7 @@ DIGEST = "digest"
 
 
 # --- pipelines and their real checkpoints ------------------------------------------------
-def webdataset(urls: list[str], seed: int | None = None) -> wdsx.DataPipeline:
+def webdataset(urls: list[str], seed: int = 0) -> wdsx.DataPipeline:
     return (
         wdsx.WebDataset(urls, shardshuffle=True, manifest=False, seed=seed)
         .shuffle(6)
@@ -35,7 +35,7 @@ def webdataset(urls: list[str], seed: int | None = None) -> wdsx.DataPipeline:
     )
 
 
-def loader(urls: list[str], workers: int, seed: int | None = None) -> wdsx.DataPipeline:
+def loader(urls: list[str], workers: int, seed: int = 0) -> wdsx.DataPipeline:
     batches = wdsx.WebLoader(webdataset(urls, seed), batch_size=None, num_workers=workers)
     return batches.unbatched().shuffle(4).batched(4)
 

@@ -24,6 +24,7 @@ from wdsx.core.errors import NotResumableError, StateError
 from wdsx.pipeline.fluid import FluidInterface
 from wdsx.read.progress import ReaderProgress
 from wdsx.stages.base import Count, Run, Stage, as_stage, source_index, stage_keys
+from wdsx.stages.custom import PipelineStage
 from wdsx.stages.observe import StageObserver
 from wdsx.stages.plan import execution_stages
 from wdsx.stages.reading import ShardReader
@@ -342,6 +343,8 @@ class DataPipeline(FluidInterface):
 
     # --- iterating --------------------------------------------------------------------
     def __iter__(self) -> Iterator:
+        if self._overrides_iteration():
+            return self._through_overrides()
         if self.continues_across_iters():
             live = self._live
             if live is None or self._pending is not None or live.limit != self.nsamples:
@@ -349,6 +352,52 @@ class DataPipeline(FluidInterface):
             return self._limited(live, self.nsamples)
         self._live = _Stream(self, self._take_pending())
         return self._limited(self._live, self.nsamples) if self.nsamples > 0 else self._live.items
+
+    def iterator(self) -> Iterator:
+        """webdataset's name for iterating every pass of ``repeat(n)`` without the
+        ``with_epoch`` limit (code written for webdataset calls or overrides it)."""
+        self._live = _Stream(self, self._take_pending())
+        return self._live.items
+
+    def iterator1(self) -> Iterator:
+        """webdataset's name for iterating one pass of the stages."""
+        self._live = _Stream(self, self._take_pending())
+        self._live.passes = 1
+        return self._live.items
+
+    def _overrides_iteration(self) -> bool:
+        return (
+            type(self).iterator is not DataPipeline.iterator
+            or type(self).iterator1 is not DataPipeline.iterator1
+        )
+
+    def _through_overrides(self) -> Iterator:
+        """Iterate as webdataset does, for a subclass that overrides :meth:`iterator` or
+        :meth:`iterator1`: through its methods, and without checkpoints."""
+        stream = self.iterator() if type(self).iterator is not DataPipeline.iterator else self._passes()
+        return itertools.islice(stream, self.nsamples) if self.nsamples > 0 else stream
+
+    def _passes(self) -> Iterator:
+        """The passes of ``repeat(n)``, each from :meth:`iterator1`, ending early at an empty one."""
+        for _ in range(self.repetitions):
+            empty = True
+            for item in self.iterator1():
+                empty = False
+                yield item
+            if empty:
+                return
+
+    def invoke(self, stage: Any, *args: Any, **kwargs: Any) -> Any:
+        """webdataset's helper that applies one stage by hand: a ``PipelineStage`` is run, a
+        function (or a wdsx stage) is called with ``args`` (the upstream iterator), and a
+        dataset or list given alone is iterated."""
+        if isinstance(stage, PipelineStage):
+            return stage.run(*args, **kwargs)
+        if callable(stage):
+            return stage(*args, **kwargs)
+        if isinstance(stage, Iterable) and not args:
+            return iter(stage)
+        raise ValueError(f"{stage!r}: not a pipeline stage")
 
     def _limited(self, stream: _Stream, limit: int) -> Iterator:
         items = stream.items
@@ -408,6 +457,10 @@ class DataPipeline(FluidInterface):
                 reasons.append(f"stage {index}: {reason}")
         if source is None and self.pipeline:
             reasons.append("no stage reads shards (tarfile_to_samples or WebDataset), so no positions exist")
+        if self._overrides_iteration():
+            reasons.append(
+                f"{type(self).__qualname__} overrides iterator() or iterator1(), which wdsx cannot checkpoint"
+            )
         return reasons
 
     def state_dict(self, strict: bool = True) -> JsonDict:

@@ -2,10 +2,11 @@
 
 ``WebDataset(urls, ...)`` takes webdataset's constructor arguments and builds a pipeline whose
 first stage is a :class:`~wdsx.stages.reading.ShardReader`. Where webdataset's behaviour is a known
-trap, wdsx differs (see the README's "Differences from webdataset"): shard order changes every
-epoch, multi-rank jobs split by rank without an explicit nodesplitter, fewer shards than
-workers is fine, every rank can be given the same number of batches, and missing local shards
-are reported when the dataset is built, not when a reader reaches them.
+trap, wdsx differs (see the manual's "Differences from webdataset"): an unseeded shard shuffle
+gives a new order every epoch, multi-rank jobs split by rank without an explicit
+nodesplitter, fewer shards than workers is fine, every rank can be given the same number of
+batches, and missing local shards are reported when the dataset is built, not when a reader
+reaches them.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import posixpath
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
 
 from wdsx.core import topology as distributed
@@ -28,8 +30,12 @@ from wdsx.read.shard import ReadSettings
 from wdsx.sources import SourceOptions, missing_local_shards, scheme_of
 from wdsx.sources.listing import expand_urls
 from wdsx.sources.urls import without_query
-from wdsx.stages.reading import ShardReader
+from wdsx.stages import shardlists
+from wdsx.stages.reading import ShardReader, tarfile_to_samples
 from wdsx.stages.shardlists import single_node_only, split_by_node, split_by_worker
+from wdsx.stages.shuffle import ShardBufferShuffle
+from wdsx.stages.shuffle import detshuffle as detshuffle_stage
+from wdsx.stages.shuffle import shuffle as shuffle_stage
 
 log = logging.getLogger("wdsx")
 
@@ -44,10 +50,7 @@ def _file_selector(select_files: Callable[[str], bool] | str | None) -> Callable
 
 def _source_options(options: SourceOptions | None, cache_dir: str | None, cache_size: int) -> SourceOptions:
     options = options or SourceOptions()
-    cache_dir = os.environ.get("WDS_CACHE", cache_dir)
-    cache_size = int(os.environ.get("WDS_CACHE_SIZE", cache_size))
     if cache_dir is not None:
-        cache_dir = os.path.expanduser(cache_dir)
         options = replace(options, cache_dir=cache_dir, cache_size=cache_size)
     return options
 
@@ -89,6 +92,18 @@ def _splitting(nodesplitter: Any, workersplitter: Any) -> tuple[bool, bool, tupl
     if known_node and known_worker:
         return nodesplitter is not None, workersplitter is not None, None
     return False, False, (nodesplitter, workersplitter)
+
+
+def _seeded_shard_shuffle(
+    shardshuffle: bool | int | None, seed: int | None, detshuffle: bool
+) -> ShardBufferShuffle | None:
+    """With an explicit seed (the pipeline's), webdataset's shard order is a function of it:
+    each reader buffer-shuffles its own shards (``shardshuffle=True`` is a buffer of 100).
+    Without one, webdataset's order is random, and wdsx shuffles the whole list anew every
+    epoch."""
+    if not shardshuffle or seed is None:
+        return None
+    return ShardBufferShuffle(100 if shardshuffle is True else int(shardshuffle), detshuffle)
 
 
 class WebDataset(DataPipeline):
@@ -144,13 +159,20 @@ class WebDataset(DataPipeline):
         overwrite_fields: bool = False,
     ):
         super().__init__(seed=seed)
+        args = SimpleNamespace(
+            **{name: value for name, value in locals().items() if name not in ("self", "__class__")}
+        )
+        self.update_cache_info(args)
+        self.options = _source_options(options, args.cache_dir, args.cache_size)
+        if type(self).create_url_iterator is not WebDataset.create_url_iterator:
+            self._build_as_webdataset(args)
+            return
         if isinstance(urls, dict) or (isinstance(urls, str) and urls.endswith((".yaml", ".yml"))):
             raise ValueError(
                 "WebDataset reads a fixed shard list; for a YAML dataset spec, whose shards change "
                 "every epoch, build the pipeline from it: DataPipeline(MultiShardSample(spec), "
                 "split_by_worker, tarfile_to_samples(), ...)"
             )
-        self.options = _source_options(options, cache_dir, cache_size)
         self.urls = expand_urls(urls, self.options)
         if empty_check and not self.urls:
             raise ValueError(f"WebDataset: no shards in {urls!r}")
@@ -176,10 +198,11 @@ class WebDataset(DataPipeline):
         # Counts from a manifest hold for the shards beside it, grouped without renaming or
         # selecting members; otherwise they are counted (or left unknown).
         self._manifest_counts = len(described) == len(self.urls) and not (select_files or rename_files)
-        self.reader = ShardReader(
+        self.reader: ShardReader | None = ShardReader(
             self.urls,
             settings,
             shuffle=bool(shardshuffle) and not resampled,
+            reader_shuffle=None if resampled else _seeded_shard_shuffle(shardshuffle, seed, detshuffle),
             resampled=resampled,
             split_ranks=split_ranks,
             split_workers=split_workers,
@@ -190,6 +213,49 @@ class WebDataset(DataPipeline):
         )
         self.append(self.reader)
         if repeat:
+            self.repeat()
+
+    # --- webdataset's hooks for subclasses ---------------------------------------------
+    def update_cache_info(self, args: SimpleNamespace) -> None:
+        """webdataset's hook: set ``args.cache_dir`` and ``args.cache_size`` from ``WDS_CACHE``
+        and ``WDS_CACHE_SIZE`` when they are set (a subclass may override it). A cache
+        directory that does not exist yet is created when first used."""
+        args.cache_size = int(os.environ.get("WDS_CACHE_SIZE", args.cache_size))
+        args.cache_dir = os.environ.get("WDS_CACHE", args.cache_dir)
+        if args.cache_dir is not None:
+            args.cache_dir = os.path.expanduser(args.cache_dir)
+
+    def create_url_iterator(self, args: SimpleNamespace) -> None:
+        """webdataset's hook that appends the stage yielding ``{"url": ...}`` items.
+
+        wdsx's own constructor reads the shard list with its planner instead. A subclass
+        that overrides this method gets webdataset's pipeline: its URL stage, then
+        ``nodesplitter``, ``workersplitter``, the shard shuffle and ``tarfile_to_samples``
+        (the stages of the functional form, without the planner's equal shares). Called from
+        such an override, this appends the plain shard list (or the resampled one)."""
+        if args.mode == "resampled" or args.resampled:
+            self.append(shardlists.ResampledShards(args.urls))
+        else:
+            self.append(shardlists.SimpleShardList(args.urls))
+
+    def _build_as_webdataset(self, args: SimpleNamespace) -> None:
+        """The stages webdataset builds around a subclass's :meth:`create_url_iterator`."""
+        self.urls, self.manifest, self.reader = [], None, None
+        self.create_url_iterator(args)
+        for splitter in (args.nodesplitter, args.workersplitter):
+            if splitter is not None:
+                self.append(splitter)
+        resampled = args.resampled or args.mode == "resampled"
+        if args.shardshuffle not in (None, False) and not resampled:
+            bufsize = 100 if args.shardshuffle is True else int(args.shardshuffle)
+            if args.detshuffle:
+                self.append(detshuffle_stage(bufsize, seed=self.seed))
+            else:
+                self.append(shuffle_stage(bufsize, seed=args.seed))
+        self.append(tarfile_to_samples(args.handler, args.select_files, args.rename_files, self.options))
+        if args.empty_check:
+            self.append(shardlists.non_empty)
+        if args.repeat:
             self.repeat()
 
     # --- sample counts ----------------------------------------------------------------
@@ -241,7 +307,8 @@ class WebDataset(DataPipeline):
         needs per-shard sample counts, unless the epoch length is set explicitly (``endless``)."""
         reader = self.reader
         if (
-            topology.world_size <= 1
+            reader is None
+            or topology.world_size <= 1
             or not reader.deal.split_ranks
             or reader.resampled
             or reader.deal.counts is not None

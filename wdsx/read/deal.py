@@ -18,7 +18,7 @@ had not yet read, plus the samples that sat in their buffers, and deals that out
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from wdsx.core import rng
@@ -185,10 +185,12 @@ def plan_round_robin(
     batch: int = 1,
     partial: bool = True,
     remainder: str = "exact",
+    reorder: Callable[[list[int]], list[int]] | None = None,
 ) -> list[ConsumerPlan]:
     """Every consumer's plan for one epoch, dealt as webdataset deals shards: consumer ``r``
     (rank ``r // workers``, worker ``r % workers``) reads the whole shards of its
-    :func:`webdataset_slot`, in order.
+    :func:`webdataset_slot`, in order, or in the order ``reorder`` gives them (webdataset
+    shuffles a reader's shards after splitting them).
 
     Whole shards go to their round-robin owner unless shares must be evened out: with counts,
     under the ``pad``/``drop`` policies (equal batch counts on every rank) or with fewer
@@ -200,7 +202,8 @@ def plan_round_robin(
     owned = []
     for reader in range(consumers):
         slot = webdataset_slot(reader, ranks, workers)
-        mine = _whole_shards(range(slot, nshards, consumers), counts_in_order)
+        positions = list(range(slot, nshards, consumers))
+        mine = _whole_shards(reorder(positions) if reorder else positions, counts_in_order)
         units.extend(mine)
         owned.append(sum(size for _, size in mine))
     counted = counts_in_order is not None
@@ -346,6 +349,10 @@ class EpochDeal:
     """Deal whole shards round-robin as webdataset does (:func:`plan_round_robin`); False:
     contiguous spans of the order (:func:`plan_epoch`), how checkpoints written before
     wdsx dealt round-robin were dealt."""
+    reader_shuffle: Callable[[list[int], int, int], list[int]] | None = None
+    """webdataset's seeded shard shuffle: instead of one shuffled order for all, the list in
+    its own order, each reader's round-robin shards reordered by ``reader_shuffle(positions,
+    seed, epoch)``."""
 
     def with_counts(self, counts: Sequence[int] | None) -> EpochDeal:
         return replace(self, counts=None if counts is None else tuple(counts))
@@ -354,8 +361,9 @@ class EpochDeal:
         return replace(self, batch=batch, partial=partial)
 
     def order(self, seed: int, epoch: int) -> list[int]:
-        """The shard ids of the epoch in reading order."""
-        return epoch_order(len(self.urls), seed, epoch, self.shuffle)
+        """The shard ids of the epoch in reading order (the list's own order when each reader
+        shuffles its own shards)."""
+        return epoch_order(len(self.urls), seed, epoch, self.shuffle and self.reader_shuffle is None)
 
     def reader_of(self, rank: int, world_size: int, worker: int, num_workers: int) -> tuple[int, int]:
         """(this reader's index, number of readers) under the configured splitting."""
@@ -392,8 +400,16 @@ class EpochDeal:
         counts = self._counts_in(order)
         ranks = world_size if self.split_ranks else 1
         if self.round_robin:
+            reorder = self.reader_shuffle
             plans = plan_round_robin(
-                ranks, readers // ranks, counts, len(order), self.batch, self.partial, remainder
+                ranks,
+                readers // ranks,
+                counts,
+                len(order),
+                self.batch,
+                self.partial,
+                remainder,
+                None if reorder is None else lambda positions: reorder(positions, seed, epoch),
             )
         else:
             plans = plan_epoch(readers, counts, len(order), self.batch, self.partial, remainder)

@@ -79,6 +79,9 @@ class ShardReader(ShardStage):
         urls: the expanded shard list (every rank and worker must see the same list).
         settings: how members become samples.
         shuffle: a new random shard order every epoch, from (seed, epoch).
+        reader_shuffle: instead, webdataset's seeded shard shuffle: each reader reorders its
+            own shards with this function of (positions, seed, epoch) after the split
+            (:class:`~wdsx.stages.shuffle.ShardBufferShuffle`).
         resampled: draw shards with replacement, forever (webdataset's ``resampled=True``).
         split_ranks / split_workers: deal the epoch across ranks / DataLoader workers.
         custom_split: webdataset-style node and worker splitter functions applied to the URL
@@ -99,6 +102,7 @@ class ShardReader(ShardStage):
         settings: ReadSettings,
         *,
         shuffle: bool = False,
+        reader_shuffle: Callable[[list[int], int, int], list[int]] | None = None,
         resampled: bool = False,
         split_ranks: bool = True,
         split_workers: bool = True,
@@ -109,7 +113,7 @@ class ShardReader(ShardStage):
     ):
         super().__init__(settings)
         self.deal = planning.EpochDeal(
-            tuple(urls), shuffle, None, remainder, split_ranks, split_workers
+            tuple(urls), shuffle, None, remainder, split_ranks, split_workers, reader_shuffle=reader_shuffle
         ).with_counts(counts)
         self.resampled = resampled
         self.custom_split = custom_split
@@ -125,13 +129,18 @@ class ShardReader(ShardStage):
         """Per-shard sample counts, when known (from a manifest, a scan, or given)."""
         return None if self.deal.counts is None else list(self.deal.counts)
 
+    def _mode(self) -> str:
+        if self.resampled:
+            return "resampled"
+        if self.deal.reader_shuffle is not None:
+            return f"shuffled by each reader: {self.deal.reader_shuffle}"
+        return "shuffled" if self.deal.shuffle else "ordered"
+
     def describe(self) -> str:
-        mode = "resampled" if self.resampled else ("shuffled" if self.deal.shuffle else "ordered")
-        return f"shards(n={len(self.urls)}, hash={self._fingerprint:016x}, {mode})"
+        return f"shards(n={len(self.urls)}, hash={self._fingerprint:016x}, {self._mode()})"
 
     def __repr__(self) -> str:
-        mode = "resampled" if self.resampled else ("shuffled" if self.deal.shuffle else "ordered")
-        return f"{shards_summary(self.urls)}, {mode}"
+        return f"{shards_summary(self.urls)}, {self._mode()}"
 
     def epoch_deal(self, stages: Sequence[Stage], index: int) -> planning.EpochDeal:
         """The deal of this reader as stage ``index`` of ``stages`` (whose batching it knows)."""
@@ -191,7 +200,9 @@ class ShardReader(ShardStage):
             stream = node_split(stream)
         if worker_split is not None:
             stream = worker_split(stream)
-        return [index[item["url"]] for item in stream]
+        mine = [index[item["url"]] for item in stream]
+        reorder = self.deal.reader_shuffle
+        return mine if reorder is None else reorder(mine, run.seed, run.epoch)
 
     def _planned(
         self,

@@ -5,12 +5,17 @@ the environment, ``{000000..000999}`` brace-expands. On top, a pattern with ``*`
 ``[..]``, an ``s3://bucket/prefix/`` ending in a slash, or a local directory is expanded by
 listing.
 
-Unlike webdataset, a seeded shard shuffle gives a **new order every epoch** (a pure function of
-seed and epoch), identical on every rank and worker, so splitting after shuffling is safe.
+Where webdataset's order is a function of a seed, wdsx gives the same order:
+``SimpleShardList(urls, seed=s)`` shuffles with ``random.Random(s)`` (the same order every
+epoch), and ``ResampledShards(..., deterministic=True)`` draws from webdataset's per-reader,
+per-epoch seed. Where webdataset's order is random (``seed=True``, resampling without
+``deterministic``), wdsx's is still a pure function of its seed and the epoch, so runs repeat
+and resume exactly.
 """
 
 from __future__ import annotations
 
+import random
 import sys
 from collections.abc import Iterable, Iterator
 from itertools import islice
@@ -18,6 +23,7 @@ from typing import Any
 
 from wdsx.core import rng
 from wdsx.core import topology as distributed
+from wdsx.core.utilities import make_seed
 from wdsx.read.deal import epoch_order
 from wdsx.sources.listing import expand_urls
 from wdsx.stages.base import Run, Stage, shards_summary
@@ -49,9 +55,11 @@ def single_node_only(src: Iterable, group: Any = None) -> Iterator:
 
 
 class SimpleShardList(Stage):
-    """The shard list as ``{"url": ...}`` items; with a seed, a new order every epoch."""
+    """The shard list as ``{"url": ...}`` items. With an int seed, shuffled by
+    ``random.Random(seed)`` as webdataset does (the same order every epoch); with
+    ``seed=True`` (webdataset: a random seed), a new order every epoch."""
 
-    def __init__(self, urls: str | Iterable[str], seed: int | None = None):
+    def __init__(self, urls: str | Iterable[str], seed: int | bool | None = None):
         self.urls = expand_urls(urls)
         if not self.urls:
             raise ValueError("SimpleShardList: no shards")
@@ -69,10 +77,17 @@ class SimpleShardList(Stage):
         return f"shardlist({shards_summary(self.urls)}, seed={self.seed})"
 
     def _items(self, epoch: int) -> Iterator[dict[str, str]]:
-        order = epoch_order(len(self.urls), self.seed or 0, epoch, self.seed is not None)
+        if self.seed is True:
+            order = epoch_order(len(self.urls), 1, epoch, True)
+        else:
+            order = list(range(len(self.urls)))
+            if self.seed is not None:
+                random.Random(self.seed).shuffle(order)
         return ({"url": self.urls[i]} for i in order)
 
     def apply(self, upstream: Iterator, run: Run, index: int) -> Iterator:
+        if type(self).__iter__ is not SimpleShardList.__iter__:
+            return iter(self)  # a subclass's own order, as webdataset iterates it
         return self._items(run.epoch)
 
     def __iter__(self) -> Iterator[dict[str, str]]:
@@ -83,8 +98,11 @@ class SimpleShardList(Stage):
 class ResampledShards(Stage):
     """Shards drawn with replacement, ``nshards`` per epoch, from a per-reader seeded stream.
 
-    webdataset mixes in the time and process id unless ``deterministic=True``; wdsx is always
-    deterministic given ``seed`` (pass a different seed for a different run)."""
+    With ``deterministic=True`` the draws are webdataset's: ``random.Random`` seeded from the
+    reader's ``worker_seed()`` (default ``rank * 1000 + worker``), the epoch and ``seed``.
+    Otherwise webdataset mixes in the time and process id; wdsx draws from a stream of
+    (``seed``, epoch, reader) instead, so it is deterministic all the same (pass a different
+    seed for a different run)."""
 
     def __init__(
         self,
@@ -106,19 +124,30 @@ class ResampledShards(Stage):
         self.epoch = -1  # as webdataset's: counts the passes iterated directly, from 0
 
     def describe(self) -> str:
-        return f"resampled(n={len(self.urls)}, nshards={self.nshards}, seed={self.seed})"
+        drawn = ", as webdataset's deterministic draws" if self.deterministic else ""
+        return f"resampled(n={len(self.urls)}, nshards={self.nshards}, seed={self.seed}{drawn})"
 
-    def _items(self, epoch: int, consumer: int) -> Iterator[dict[str, str]]:
-        stream = rng.derive_seed("resampled-shards", self.seed, epoch, consumer)
+    def _items(self, epoch: int, topology: distributed.Topology) -> Iterator[dict[str, str]]:
+        if self.deterministic:
+            reader_seed = (
+                topology.rank * 1000 + topology.worker if self.worker_seed is None else self.worker_seed()
+            )
+            generator = random.Random(make_seed(reader_seed, epoch, self.seed))
+            for _ in range(self.nshards):
+                yield {"url": self.urls[generator.randint(0, len(self.urls) - 1)]}
+            return
+        stream = rng.derive_seed("resampled-shards", self.seed, epoch, topology.consumer)
         for draw in range(self.nshards):
             yield {"url": self.urls[rng.below(stream, draw, len(self.urls))]}
 
     def apply(self, upstream: Iterator, run: Run, index: int) -> Iterator:
-        return self._items(run.epoch, run.topology.consumer)
+        if type(self).__iter__ is not ResampledShards.__iter__:
+            return iter(self)  # a subclass's own draws, as webdataset iterates it
+        return self._items(run.epoch, run.topology)
 
     def __iter__(self) -> Iterator[dict[str, str]]:
         self.epoch += 1
-        return self._items(self.epoch, distributed.current().consumer)
+        return self._items(self.epoch, distributed.current())
 
 
 ResampledShardList = ResampledShards

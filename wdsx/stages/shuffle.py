@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, cast
 
 from wdsx.core import rng
@@ -198,3 +199,23 @@ def detshuffle(bufsize: int = 1000, initial: int = 100, seed: int = 0, epoch: in
     """webdataset's deterministic shuffle: the order webdataset gives for ``seed + epoch + 1``
     in the pipeline's first epoch, ``seed + epoch + 2`` in the second, and so on."""
     return Shuffle(bufsize, initial, None, seed, epoch)
+
+
+@dataclass(frozen=True)
+class ShardBufferShuffle:
+    """webdataset's shard shuffle in ``WebDataset(urls, shardshuffle=n, seed=s)``: after the
+    split by rank and worker, each reader passes its own shards through a shuffle buffer of
+    ``n`` drawing from ``random.Random(s)``, so a reader gets the same order every epoch; with
+    ``detshuffle=True`` (``per_epoch``) it draws from ``random.Random(s + epoch)``.
+
+    Called with a reader's shard positions (in list order), the seed and the epoch, it returns
+    them in that order: a pure function, so a resumed or re-dealt epoch finds the same order."""
+
+    bufsize: int
+    per_epoch: bool = False
+
+    def __call__(self, positions: list[int], seed: int, epoch: int) -> list[int]:
+        return list(Shuffle(self.bufsize, seed=seed + epoch if self.per_epoch else seed)(positions))
+
+    def __str__(self) -> str:
+        return f"buffer {self.bufsize}" + (", seed + epoch" if self.per_epoch else "")
