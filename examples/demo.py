@@ -28,7 +28,7 @@ PATTERN = os.path.join(OUT, "shards", "fmnist-%06d.tar")
 
 def loader(urls: list[str]) -> wdsx.WebLoader:
     dataset = (
-        wdsx.WebDataset(urls, shardshuffle=True, seed=7)
+        wdsx.WebDataset(urls, shardshuffle=True, detshuffle=True, seed=7)
         .shuffle(500)
         .decode("torchl")
         .to_tuple("png", "cls", "__key__")

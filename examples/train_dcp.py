@@ -32,7 +32,7 @@ from wdsx.integrations.dcp import LoaderStateful
 
 def build_loader(shards: str, batch_size: int, workers: int, seed: int) -> wdsx.WebLoader:
     dataset = (
-        wdsx.WebDataset(shards, shardshuffle=True, seed=seed)
+        wdsx.WebDataset(shards, shardshuffle=True, detshuffle=True, seed=seed)
         .shuffle(50)
         .decode("torchl")
         .to_tuple("png", "cls", "__key__")

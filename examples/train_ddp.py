@@ -32,7 +32,7 @@ import wdsx
 
 def samples(shards: str, seed: int) -> wdsx.DataPipeline:
     return (
-        wdsx.WebDataset(shards, shardshuffle=True, seed=seed)
+        wdsx.WebDataset(shards, shardshuffle=True, detshuffle=True, seed=seed)
         .shuffle(100)
         .decode("torchl")
         .to_tuple("png;jpg", "cls", "__key__", "__pad__", missing_is_error=False)

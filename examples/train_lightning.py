@@ -37,7 +37,7 @@ def flip(sample: dict) -> dict:
 
 def build_loader(shards: str, batch_size: int, workers: int, seed: int) -> wdsx.WebLoader:
     dataset = (
-        wdsx.WebDataset(shards, shardshuffle=True, seed=seed)
+        wdsx.WebDataset(shards, shardshuffle=True, detshuffle=True, seed=seed)
         .shuffle(100)
         .decode("torchl")
         .map(flip)

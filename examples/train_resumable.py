@@ -26,7 +26,7 @@ import wdsx
 
 def build_loader(shards: str, batch_size: int, workers: int, seed: int) -> wdsx.WebLoader:
     dataset = (
-        wdsx.WebDataset(shards, shardshuffle=True, seed=seed)
+        wdsx.WebDataset(shards, shardshuffle=True, detshuffle=True, seed=seed)
         .shuffle(200)
         .decode("torchl")
         .to_tuple("png;jpg", "cls", "__key__")
