@@ -364,3 +364,33 @@ def test_a_trainer_that_catches_ctrl_c_goes_on_with_its_loader(uneven_shards):
     outcome = json.loads(result.stdout)
     assert outcome["interrupted"]
     assert Counter(outcome["keys"]) == Counter(uneven_shards.keys)
+
+
+@pytest.mark.slow  # worker processes on two simulated ranks, resumed on other worker counts
+@pytest.mark.parametrize("resumed_on", [0, 3])
+def test_each_rank_resumes_its_own_state_on_other_workers(tmp_path, monkeypatch, resumed_on):
+    """Each rank loads the state it saved itself (not gathered) into a loader with another
+    number of workers: what the rank had not read is dealt to its own new workers, so the
+    ranks together still read every sample once."""
+    from tests.fixtures.shards import make_shards
+
+    data = make_shards(str(tmp_path), [3, 5, 2, 7, 4, 6, 1, 3, 5, 2])
+
+    def loader(workers):
+        dataset = wdsx.WebDataset(data.urls, counts=data.counts, remainder="exact").to_tuple("__key__")
+        return wdsx.WebLoader(dataset.batched(2), batch_size=None, num_workers=workers)
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    seen = []
+    for rank in range(2):
+        monkeypatch.setenv("RANK", str(rank))
+        first = loader(2)
+        batches = iter(first)
+        seen += [key for _ in range(3) for key in next(batches)[0]]
+        state = json.loads(json.dumps(first.state_dict()))
+        del batches
+        first.close()
+        resumed = loader(resumed_on)
+        resumed.load_state_dict(state)
+        seen += keys(resumed)
+    assert Counter(seen) == Counter(data.keys)

@@ -206,3 +206,31 @@ def test_repeat_checkpoint_keeps_the_passes_left(shards):
     resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
     assert before + [key for (key,) in resumed] == iterations[0]
     assert [key for (key,) in resumed] == iterations[1]
+
+
+def torch_worker_split(src):
+    """A worker splitter as code written for webdataset has them: it asks torch which
+    DataLoader worker it runs in."""
+    import torch.utils.data
+
+    info = torch.utils.data.get_worker_info()
+    worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+    return (url for index, url in enumerate(src) if index % workers == worker)
+
+
+@pytest.mark.slow  # worker processes and threads at each cut
+@pytest.mark.parametrize("worker_type", ["process", "thread"])
+def test_a_splitter_asking_torch_resumes_exactly(uneven_shards, worker_type):
+    """A resumed epoch can start in a worker other than the first (the loader hands the
+    readers to processes in turn from there); torch must name the reader, not the process,
+    and a reader thread must get an answer at all."""
+
+    def loader():
+        dataset = wdsx.WebDataset(uneven_shards.urls, workersplitter=torch_worker_split, manifest=False)
+        dataset = dataset.to_tuple("__key__").batched(3)
+        return wdsx.WebLoader(dataset, batch_size=None, num_workers=2, worker_type=worker_type)
+
+    epoch = [key for (keys,) in loader() for key in keys]
+    assert sorted(epoch) == sorted(uneven_shards.keys)
+    report = wdsx.check_resume(loader, cuts=4, epochs=2)
+    assert report.identical, str(report)

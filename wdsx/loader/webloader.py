@@ -24,7 +24,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from wdsx.core import topology as distributed
@@ -82,7 +82,10 @@ class _WorkerStream:
         info = get_worker_info()
         if info is None:
             return self.read(0, in_process=True)
-        distributed.assign(self.reader(info.id))
+        reader = self.reader(info.id)
+        distributed.assign(reader)
+        if reader.worker != info.id:
+            _tell_torch(info, reader.worker)
         return self.read(info.id, in_process=False)
 
     def reader(self, slot: int) -> distributed.Topology:
@@ -139,6 +142,18 @@ class _WorkerStream:
         state = self.dataset.current_state()
         state.finished = self.finished
         return state.to_json()
+
+
+def _tell_torch(info: Any, worker: int) -> None:
+    """Make torch's ``get_worker_info().id`` in this worker process say ``worker``, the reader
+    it reads as. A resumed epoch can start in another worker than the first, so the loader
+    gives processes the readers in turn from there; splitters written for webdataset ask
+    torch which worker they are in, and must get the same answer as wdsx's own."""
+    import dataclasses
+
+    from torch.utils.data._utils import worker as torch_worker
+
+    torch_worker._worker_info = dataclasses.replace(info, id=worker)
 
 
 class _CollateWithState:
@@ -535,8 +550,9 @@ class WebLoader(DataPipeline):
     Less memory and a quicker start; worth it where the heavy work releases the GIL (decoding
     images, numpy), not for Python-heavy per-sample maps. ``worker_init_fn(worker_id)`` runs
     in each thread, where torch's ``get_worker_info()`` is None (``wdsx.pytorch_worker_info()``
-    tells the worker); ``multiprocessing_context``, ``persistent_workers`` and
-    ``reuse_shared_memory`` do not apply.
+    tells the worker) except while a ``WebDataset``'s own splitter functions run;
+    ``multiprocessing_context``, ``persistent_workers`` and ``reuse_shared_memory`` do not
+    apply.
     """
 
     counts_its_workers = True
@@ -669,7 +685,7 @@ class WebLoader(DataPipeline):
                         f"to resume on {world} ranks, gather every rank's state with "
                         "gather_loader_state() and load that"
                     )
-                state = self._redealt([parsed], rank, world, strict).to_json()
+                state = self._redealt([parsed], rank, world, strict, only_this_rank=True).to_json()
         super().load_state_dict(state, strict, data_changed)
 
     def checked_state(
@@ -707,9 +723,17 @@ class WebLoader(DataPipeline):
         return None if saved is None else LoaderProgress.from_json(saved, state.table())
 
     def _redealt(
-        self, rank_states: list[PipelineState], rank: int, world: int, strict: bool = True
+        self,
+        rank_states: list[PipelineState],
+        rank: int,
+        world: int,
+        strict: bool = True,
+        only_this_rank: bool = False,
     ) -> PipelineState:
-        """This rank's share of a checkpoint re-dealt to the current ranks x workers."""
+        """This rank's share of a checkpoint re-dealt to the current ranks x workers; with
+        ``only_this_rank``, ``rank_states`` is this rank's own state alone (saved on as many
+        ranks, by another number of workers), and what it had not read is dealt to this
+        rank's workers only."""
         dataset = self.dataset
         if not isinstance(dataset, DataPipeline):
             raise StateError("elastic resume needs a wdsx dataset")
@@ -736,16 +760,26 @@ class WebLoader(DataPipeline):
         log.info(
             "re-dealing a checkpoint of %d readers to %d readers (%d ranks x %d)",
             len(readers),
-            consumers,
-            world,
+            self.slots if only_this_rank else consumers,
+            1 if only_this_rank else world,
             self.slots,
         )
-        target = RedealTarget(old_world, consumers, world)
-        new_states = redeal.redeal(readers, main_leftovers, dataset.pipeline, target)
+        if only_this_rank:
+            dealt = redeal.redeal(
+                readers, main_leftovers, dataset.pipeline, RedealTarget(old_world, self.slots, world)
+            )
+            # the new readers are this rank's workers, as the rest of the job numbers them
+            mine = [
+                replace(state, consumer=rank * self.slots + slot, consumers=consumers)
+                for slot, state in enumerate(dealt)
+            ]
+        else:
+            target = RedealTarget(old_world, consumers, world)
+            mine = redeal.redeal(readers, main_leftovers, dataset.pipeline, target)[
+                rank * self.slots : (rank + 1) * self.slots
+            ]
         progress = LoaderProgress.fresh(self.slots, rank, world)
-        progress.states = [
-            state.to_json() for state in new_states[rank * self.slots : (rank + 1) * self.slots]
-        ]
+        progress.states = [state.to_json() for state in mine]
         template = rank_states[0]
         table = PositionTable()
         # what the loader's own stages hand every new rank (a packer's counts of tokens emitted)
