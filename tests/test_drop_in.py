@@ -965,23 +965,9 @@ case(
 case(
     "subclass-overrides-create-url-iterator",
     """
-    import random
-
     import torch
     import webdataset as wds
     from webdataset import shardlists, utils
-
-    class EpochShardList(shardlists.SimpleShardList):
-        def __init__(self, urls, seed):
-            super().__init__(urls, seed)
-            self.epoch = -1
-
-        def __iter__(self):
-            self.epoch += 1
-            urls = list(self.urls)
-            random.Random(self.seed + self.epoch).shuffle(urls)
-            for url in urls:
-                yield dict(url=url)
 
     class Shards(wds.WebDataset):
         def __init__(self, urls, listed):
@@ -995,7 +981,7 @@ case(
 
         def create_url_iterator(self, args):
             if self.listed and utils.is_iterable(args.urls):
-                self.append(EpochShardList(args.urls, seed=11))
+                self.append(shardlists.SimpleShardList(args.urls, seed=11))
             else:
                 super().create_url_iterator(args)
 

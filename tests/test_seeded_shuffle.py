@@ -208,6 +208,15 @@ def test_a_seeded_shard_shuffle_gives_webdatasets_order_on_every_rank(many_shard
         assert ours == theirs, rank
 
 
+@pytest.mark.parametrize("given", [{"seed": "7"}, {}])
+def test_a_text_seed_or_wds_seed_gives_webdatasets_order(many_shards, monkeypatch, given):
+    """webdataset seeds with ``$WDS_SEED`` when no seed is given, as text, which draws
+    otherwise than the number; a seed given as text does the same."""
+    monkeypatch.setenv("WDS_SEED", "7")
+    theirs = loader_epochs(webdataset, many_shards.urls, 0, shardshuffle=5, **given)
+    assert loader_epochs(wdsx, many_shards.urls, 0, manifest=False, shardshuffle=5, **given) == theirs
+
+
 def seeded_shards_loader(urls, workers: int):
     dataset = wdsx.WebDataset(urls, shardshuffle=4, seed=5, detshuffle=True).to_tuple("__key__")
     return wdsx.WebLoader(dataset.batched(3), batch_size=None, num_workers=workers)

@@ -1,9 +1,10 @@
 """The released packages the client corpus runs, fetched from the package index and cached.
 
 Nothing here is copied into the repository: the wheels are downloaded with
-``pip download --no-deps`` into ``.cache/clients/wheels`` (git-ignored, removed by
-``make clean``) and installed with ``pip install --no-deps --target`` into one folder per set
-of packages under ``.cache/clients/site``. ``--no-deps`` everywhere keeps the virtualenv's torch
+``pip download --no-deps`` into ``.cache/clients/wheels`` (source archives into
+``.cache/clients/sdists``; both git-ignored, removed by ``make clean``) and installed with
+``pip install --no-deps --target`` into one folder per set of packages under
+``.cache/clients/site``. ``--no-deps`` everywhere keeps the virtualenv's torch
 in place: the clients' own requirements would replace it.
 """
 
@@ -146,8 +147,20 @@ def installed(requirements: tuple[str, ...]) -> Path:
 
 def wheel(requirement: str) -> Path:
     """The wheel of ``requirement`` (``name==version``), downloaded once into the cache."""
-    folder = CACHE / "wheels" / requirement.replace("==", "-")
-    found = sorted(folder.glob("*.whl"))
+    return _downloaded(requirement, "wheels", "--only-binary=:all:", "*.whl")
+
+
+def source_distribution(requirement: str) -> Path:
+    """The source archive of ``requirement``, downloaded once into the cache: the tests a
+    project ships are in it, not in its wheel."""
+    return _downloaded(requirement, "sdists", "--no-binary=:all:", "*.tar.gz")
+
+
+def _downloaded(requirement: str, kind: str, choice: str, pattern: str) -> Path:
+    """The file ``pip download`` gives for ``requirement`` with the ``choice`` option, kept
+    under ``.cache/clients/<kind>``."""
+    folder = CACHE / kind / requirement.replace("==", "-")
+    found = sorted(folder.glob(pattern))
     if found:
         return found[0]
     folder.mkdir(parents=True, exist_ok=True)
@@ -156,7 +169,7 @@ def wheel(requirement: str) -> Path:
         _pip(
             "download",
             "--no-deps",
-            "--only-binary=:all:",
+            choice,
             "--timeout",
             "30",
             "--retries",
@@ -165,13 +178,13 @@ def wheel(requirement: str) -> Path:
             str(staging),
             requirement,
         )
-        for downloaded in staging.glob("*.whl"):
+        for downloaded in staging.glob(pattern):
             os.replace(downloaded, folder / downloaded.name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    found = sorted(folder.glob("*.whl"))
+    found = sorted(folder.glob(pattern))
     if not found:
-        raise RuntimeError(f"pip download {requirement} left no wheel in {folder}")
+        raise RuntimeError(f"pip download {requirement} left no {pattern} in {folder}")
     return found[0]
 
 

@@ -77,8 +77,13 @@ def _weights_only() -> bool:
 
 
 def _refusal(what: str) -> str:
+    """Why ``what`` (a phrase starting with a capital) is refused; in secure mode, in
+    webdataset's words first, so that code matching them keeps working."""
     if secure_mode():
-        return f"{what} is refused in secure mode (WDS_SECURE=1): pickle can run any code"
+        return (
+            f"{what} is not allowed for security reasons when enforce_security is set "
+            "(secure mode, WDS_SECURE=1): pickle can run any code"
+        )
     return (
         f"{what} is refused by default: pickle can run any code its author put in the shard. "
         f"Set {ALLOW_PICKLE}=1 if you trust where this data comes from"
@@ -90,7 +95,10 @@ def torch_loads(data: bytes) -> Any:
     unless pickle is allowed (:func:`wdsx.core.env.pickle_allowed`), as in PyTorch >= 2.6;
     refused in secure mode."""
     if secure_mode():
-        raise ValueError("torch.load is refused in secure mode (WDS_SECURE=1), as in webdataset")
+        raise ValueError(
+            "torch.loads is not allowed for security reasons when enforce_security is set "
+            "(secure mode, WDS_SECURE=1)"
+        )
     import torch
 
     weights_only = _weights_only()
@@ -105,7 +113,7 @@ def torch_loads(data: bytes) -> Any:
 def unpickle_loads(data: bytes) -> Any:
     """``pickle.loads``, only when pickle is allowed (:func:`wdsx.core.env.pickle_allowed`)."""
     if not pickle_allowed():
-        raise ValueError(_refusal("unpickling"))
+        raise ValueError(_refusal("Unpickling"))
     return pickle.loads(data)
 
 

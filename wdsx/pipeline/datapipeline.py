@@ -366,6 +366,7 @@ class DataPipeline(FluidInterface):
         return self._live.items
 
     def _overrides_iteration(self) -> bool:
+        """Whether a subclass overrides webdataset's :meth:`iterator` or :meth:`iterator1`."""
         return (
             type(self).iterator is not DataPipeline.iterator
             or type(self).iterator1 is not DataPipeline.iterator1

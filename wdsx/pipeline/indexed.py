@@ -225,8 +225,8 @@ class ShardLocalSampler:
     """Indices of an :class:`IndexedDataset` shard by shard, so that consecutive reads stay in
     one file: with ``shuffle``, the shards in a new order every epoch and the samples inside
     each in a new order too (both pure functions of ``seed`` and the epoch, the same orders
-    a ``WebDataset`` of ``.npy`` shards reads with ``shardshuffle`` and pipeline seed ``seed``
-    from ``$WDS_SEED``; an explicit ``seed=`` asks it for webdataset's order instead).
+    a ``WebDataset`` of ``.npy`` shards reads with ``shardshuffle`` and no seed, for
+    ``seed=0``; a seed asks a ``WebDataset`` for webdataset's order instead).
 
     With several replicas (ranks; by default those of ``torch.distributed`` or the launcher's
     environment), each takes a contiguous share of the epoch's order, so each rank reads

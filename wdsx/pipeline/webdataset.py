@@ -94,16 +94,35 @@ def _splitting(nodesplitter: Any, workersplitter: Any) -> tuple[bool, bool, tupl
     return False, False, (nodesplitter, workersplitter)
 
 
-def _seeded_shard_shuffle(
-    shardshuffle: bool | int | None, seed: int | None, detshuffle: bool
-) -> ShardBufferShuffle | None:
-    """With an explicit seed (the pipeline's), webdataset's shard order is a function of it:
-    each reader buffer-shuffles its own shards (``shardshuffle=True`` is a buffer of 100).
-    Without one, webdataset's order is random, and wdsx shuffles the whole list anew every
-    epoch."""
-    if not shardshuffle or seed is None:
+def _shard_buffer(shardshuffle: bool | int | None) -> int | None:
+    """The shard shuffle buffer ``shardshuffle`` asks for, as webdataset reads it (``True``
+    is 100); None for no shard shuffle."""
+    if shardshuffle is None or shardshuffle is False:
         return None
-    return ShardBufferShuffle(100 if shardshuffle is True else int(shardshuffle), detshuffle)
+    return 100 if shardshuffle is True else int(shardshuffle)
+
+
+def _order_seed(seed: int | str | None) -> int | str | None:
+    """The seed webdataset's shard order is a function of: the one given, else ``$WDS_SEED``
+    (as text, as webdataset reads it); None when webdataset picks one at random."""
+    return seed if seed is not None else os.environ.get("WDS_SEED")
+
+
+def _seeded_shard_shuffle(
+    shardshuffle: bool | int | None, seed: int | str | None, detshuffle: bool
+) -> ShardBufferShuffle | None:
+    """With a seed (given, or ``$WDS_SEED``: the pipeline's seed then), webdataset's shard
+    order is a function of it: each reader buffer-shuffles its own shards. Without one,
+    webdataset's order is random, and wdsx shuffles the whole list anew every epoch."""
+    bufsize, order_seed = _shard_buffer(shardshuffle), _order_seed(seed)
+    if not bufsize or order_seed is None:
+        return None
+    return ShardBufferShuffle(bufsize, detshuffle, isinstance(order_seed, str))
+
+
+_PLANNER_ARGUMENTS = ("manifest", "counts", "remainder", "index_sizes", "fields")
+"""wdsx's own ``WebDataset`` arguments, which webdataset's way of building (around a
+subclass's ``create_url_iterator``) has no place for."""
 
 
 class WebDataset(DataPipeline):
@@ -159,12 +178,38 @@ class WebDataset(DataPipeline):
         overwrite_fields: bool = False,
     ):
         super().__init__(seed=seed)
-        args = SimpleNamespace(
-            **{name: value for name, value in locals().items() if name not in ("self", "__class__")}
+        resampled = resampled or mode == "resampled"
+        args = SimpleNamespace(  # what webdataset hands its hooks
+            urls=urls,
+            handler=handler,
+            mode="resampled" if resampled else mode,
+            resampled=resampled,
+            repeat=repeat,
+            shardshuffle=100 if shardshuffle is True else shardshuffle,
+            cache_size=cache_size,
+            cache_dir=cache_dir,
+            url_to_name=url_to_name,
+            detshuffle=detshuffle,
+            nodesplitter=nodesplitter,
+            workersplitter=workersplitter,
+            select_files=select_files,
+            rename_files=rename_files,
+            empty_check=empty_check,
+            verbose=verbose,
+            seed=seed,
         )
         self.update_cache_info(args)
         self.options = _source_options(options, args.cache_dir, args.cache_size)
         if type(self).create_url_iterator is not WebDataset.create_url_iterator:
+            given = dict(
+                manifest=manifest, counts=counts, remainder=remainder, index_sizes=index_sizes, fields=fields
+            )
+            unused = [name for name in _PLANNER_ARGUMENTS if given[name] not in (None, False, ())]
+            if unused:
+                raise ValueError(
+                    f"{type(self).__name__} overrides create_url_iterator, so it is built as webdataset "
+                    f"builds it, without wdsx's planner, and cannot use {', '.join(unused)}"
+                )
             self._build_as_webdataset(args)
             return
         if isinstance(urls, dict) or (isinstance(urls, str) and urls.endswith((".yaml", ".yml"))):
@@ -177,7 +222,6 @@ class WebDataset(DataPipeline):
         if empty_check and not self.urls:
             raise ValueError(f"WebDataset: no shards in {urls!r}")
         _check_local_shards(self.urls, handler)
-        resampled = resampled or mode == "resampled"
         if nodesplitter is single_node_only:
             single_node_only(iter(()))
         split_ranks, split_workers, custom = _splitting(nodesplitter, workersplitter)
@@ -245,16 +289,15 @@ class WebDataset(DataPipeline):
         for splitter in (args.nodesplitter, args.workersplitter):
             if splitter is not None:
                 self.append(splitter)
-        resampled = args.resampled or args.mode == "resampled"
-        if args.shardshuffle not in (None, False) and not resampled:
-            bufsize = 100 if args.shardshuffle is True else int(args.shardshuffle)
+        if args.shardshuffle and not args.resampled:
             if args.detshuffle:
-                self.append(detshuffle_stage(bufsize, seed=self.seed))
+                self.append(detshuffle_stage(args.shardshuffle, seed=self.seed))
             else:
-                self.append(shuffle_stage(bufsize, seed=args.seed))
-        self.append(tarfile_to_samples(args.handler, args.select_files, args.rename_files, self.options))
+                self.append(shuffle_stage(args.shardshuffle, seed=_order_seed(args.seed)))
+        select = _file_selector(args.select_files)
+        self.append(tarfile_to_samples(args.handler, select, args.rename_files, self.options))
         if args.empty_check:
-            self.append(shardlists.non_empty)
+            self.append(shardlists.NonEmpty())
         if args.repeat:
             self.repeat()
 

@@ -123,7 +123,11 @@ def rewrite_url(url: str) -> str:
     if not rules:
         return url
     if secure_mode():
-        raise RefusedError(url, "GOPEN_REWRITE rules are refused in secure mode (WDS_SECURE=1)")
+        raise RefusedError(
+            url,
+            "rewrite_url: unsafe_gopen is False, cannot rewrite URLs using environment variables "
+            "(GOPEN_REWRITE, in secure mode, WDS_SECURE=1)",
+        )
     for rule in rules.split(";"):
         prefix, _, replacement = rule.partition("=")
         if prefix and url.startswith(prefix):

@@ -29,6 +29,9 @@ from wdsx.core.errors import RefusedError, SourceError
 from wdsx.sources.base import Sink, Source, SourceOptions
 from wdsx.sources.stall import StallWatch
 
+SECURE_MODE_REFUSAL = "gopen_pipe: unsafe_gopen is False, cannot open pipe URLs (secure mode, WDS_SECURE=1)"
+"""Why secure mode refuses a ``pipe:`` URL, in webdataset's words first (code matches them)."""
+
 log = logging.getLogger("wdsx")
 
 _SIGPIPE_STATUSES = frozenset((141, -signal.SIGPIPE))
@@ -47,8 +50,10 @@ def _start(
 ) -> subprocess.Popen[bytes]:
     """Run the command of ``url``; its pipe is buffered by ``bufsize`` bytes (default
     ``options.chunk``; 0 for none)."""
-    if not options.allow_pipe or secure_mode():
-        raise RefusedError(url, "pipe: URLs are disabled (WDS_SECURE=1 or SourceOptions(allow_pipe=False))")
+    if secure_mode():
+        raise RefusedError(url, f"pipe: URLs are disabled: {SECURE_MODE_REFUSAL}")
+    if not options.allow_pipe:
+        raise RefusedError(url, "pipe: URLs are disabled (SourceOptions(allow_pipe=False))")
     command = url[len("pipe:") :]
     try:
         return subprocess.Popen(

@@ -23,6 +23,7 @@ from wdsx.sources import Opener, Registration, SinkOpener, register, registered,
 from wdsx.sources.base import Sink, Source, SourceOptions
 from wdsx.sources.commandpipe import Pipe
 from wdsx.sources.local import local_path
+from wdsx.sources.pipe import SECURE_MODE_REFUSAL
 
 FileOpener = Callable[..., Any]
 """webdataset's opener: ``opener(url, mode="rb", bufsize=8192, **kw)`` returns a file object."""
@@ -43,7 +44,7 @@ def gopen_pipe(url: str, mode: str = "rb", bufsize: int = 8192) -> Pipe:
     if not url.startswith("pipe:"):
         raise ValueError(f"{url}: not a pipe: URL")
     if secure_mode():
-        raise ValueError("gopen_pipe: pipe: URLs are disabled in secure mode (WDS_SECURE=1)")
+        raise ValueError(SECURE_MODE_REFUSAL)
     if mode[:1] not in ("r", "w"):
         raise ValueError(f"{mode}: unknown mode")
     return Pipe(url[len("pipe:") :], mode=mode, shell=True, bufsize=bufsize, ignore_status=[141])
@@ -228,7 +229,9 @@ def gopen(url: str, mode: str = "rb", bufsize: int = 8192, **kw: Any) -> IO[byte
     if url != "-":
         scheme = urlparse(rewrite_url(url)).scheme
         if secure_mode() and scheme in ("", "file"):
-            raise ValueError(f"{url}: gopen opens no local file in secure mode (WDS_SECURE=1)")
+            raise ValueError(
+                f"gopen: unsafe_gopen is False, cannot open local files: {url} (secure mode, WDS_SECURE=1)"
+            )
         opener = gopen_schemes.opener_set_for(scheme) if scheme else None
         if opener is not None:
             if mode not in ("rb", "wb"):

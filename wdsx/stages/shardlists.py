@@ -54,6 +54,16 @@ def single_node_only(src: Iterable, group: Any = None) -> Iterator:
     return iter(src)
 
 
+def own_iteration(shards: SimpleShardList | ResampledShards, run: Run) -> Iterator:
+    """A shard-list subclass's own ``__iter__``, as webdataset iterates it, with the ``epoch``
+    counter it keeps set to what it holds at this epoch of an uninterrupted run: the count
+    it was made with plus the epochs before. Subclasses written for webdataset seed their
+    order from that counter, so a resumed run, a fresh object, lists the same shards."""
+    first = shards.__dict__.setdefault("_epoch_made_with", shards.epoch)
+    shards.epoch = first + run.epoch
+    return iter(shards)
+
+
 class SimpleShardList(Stage):
     """The shard list as ``{"url": ...}`` items. With an int seed, shuffled by
     ``random.Random(seed)`` as webdataset does (the same order every epoch); with
@@ -77,7 +87,7 @@ class SimpleShardList(Stage):
         return f"shardlist({shards_summary(self.urls)}, seed={self.seed})"
 
     def _items(self, epoch: int) -> Iterator[dict[str, str]]:
-        if self.seed is True:
+        if self.seed is True:  # webdataset seeds from the time: any fixed seed will do
             order = epoch_order(len(self.urls), 1, epoch, True)
         else:
             order = list(range(len(self.urls)))
@@ -87,7 +97,7 @@ class SimpleShardList(Stage):
 
     def apply(self, upstream: Iterator, run: Run, index: int) -> Iterator:
         if type(self).__iter__ is not SimpleShardList.__iter__:
-            return iter(self)  # a subclass's own order, as webdataset iterates it
+            return own_iteration(self, run)
         return self._items(run.epoch)
 
     def __iter__(self) -> Iterator[dict[str, str]]:
@@ -142,7 +152,7 @@ class ResampledShards(Stage):
 
     def apply(self, upstream: Iterator, run: Run, index: int) -> Iterator:
         if type(self).__iter__ is not ResampledShards.__iter__:
-            return iter(self)  # a subclass's own draws, as webdataset iterates it
+            return own_iteration(self, run)
         return self._items(run.epoch, run.topology)
 
     def __iter__(self) -> Iterator[dict[str, str]]:
@@ -161,6 +171,18 @@ def non_empty(src: Iterable) -> Iterator:
         yield item
     if count == 0:
         raise ValueError("pipeline stage received no data at all")
+
+
+class NonEmpty(Stage):
+    """:func:`non_empty` as a stage a checkpoint can hold: items pass through, and an epoch
+    that yields none raises. A resumed epoch is not checked (its items may all have come
+    before the checkpoint)."""
+
+    def describe(self) -> str:
+        return "non_empty"
+
+    def apply(self, upstream: Iterator, run: Run, index: int) -> Iterator:
+        return upstream if run.restore is not None else non_empty(upstream)
 
 
 def shardspec(spec: str) -> SimpleShardList:

@@ -83,7 +83,7 @@ class Shuffle(Stage):
         bufsize: int = 1000,
         initial: int = 100,
         rng: random.Random | None = None,
-        seed: int | None = None,
+        seed: int | str | None = None,
         epoch: int | None = None,
     ):
         if rng is not None and seed is not None:
@@ -92,7 +92,11 @@ class Shuffle(Stage):
         self.initial = min(initial, bufsize)
         self.rng = rng
         self.seed = seed
+        self.first_epoch = epoch
+        """detshuffle's ``epoch`` argument, which its seeds count from."""
         self.epoch = epoch
+        """As webdataset's detshuffle shows it: ``epoch`` plus the runs so far (set as each
+        epoch starts, in the process that runs it; the seeds never read it)."""
 
     def count_after(self, count: Count) -> Count:
         return count
@@ -110,11 +114,13 @@ class Shuffle(Stage):
         (None when its order is not a function of a seed)."""
         if self.seed is None or self.rng is not None:
             return None
-        if self.epoch is None:
+        if self.first_epoch is None:
             return self.seed
-        return self.seed + self.epoch + 1 + epoch
+        return int(self.seed) + self.first_epoch + 1 + epoch
 
     def apply(self, upstream: Iterator, run: Run, index: int) -> Iterator:
+        if self.first_epoch is not None:
+            self.epoch = self.first_epoch + 1 + run.epoch
         buffer = cast(ShuffleBuffer, attach_buffer(run, index, kind=ShuffleBuffer))
         return self._shuffle(upstream, run, buffer, self._chooser(run, index, buffer))
 
@@ -186,7 +192,7 @@ def shuffle(
     bufsize: int = 1000,
     initial: int = 100,
     rng: random.Random | None = None,
-    seed: int | None = None,
+    seed: int | str | None = None,
     handler: object = None,
 ) -> Shuffle:
     """Buffer-shuffle the stream. With ``seed``, the order webdataset gives for that seed
@@ -213,9 +219,18 @@ class ShardBufferShuffle:
 
     bufsize: int
     per_epoch: bool = False
+    text_seed: bool = False
+    """webdataset was given the seed as text (``seed="7"``, or ``$WDS_SEED``), and seeds
+    ``random.Random`` with that text, which draws otherwise than the number."""
 
     def __call__(self, positions: list[int], seed: int, epoch: int) -> list[int]:
-        return list(Shuffle(self.bufsize, seed=seed + epoch if self.per_epoch else seed)(positions))
+        value = seed + epoch if self.per_epoch else seed
+        generator = random.Random(str(value) if self.text_seed else value)
+        return list(Shuffle(self.bufsize, rng=generator)(positions))
 
     def __str__(self) -> str:
-        return f"buffer {self.bufsize}" + (", seed + epoch" if self.per_epoch else "")
+        return (
+            f"buffer {self.bufsize}"
+            + (", seed + epoch" if self.per_epoch else "")
+            + (", text seed" if self.text_seed else "")
+        )
