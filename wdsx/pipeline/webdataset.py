@@ -120,11 +120,6 @@ def _seeded_shard_shuffle(
     return ShardBufferShuffle(bufsize, detshuffle, isinstance(order_seed, str))
 
 
-_PLANNER_ARGUMENTS = ("manifest", "counts", "remainder", "index_sizes", "fields")
-"""wdsx's own ``WebDataset`` arguments, which webdataset's way of building (around a
-subclass's ``create_url_iterator``) has no place for."""
-
-
 class WebDataset(DataPipeline):
     """Samples from WebDataset tar shards, with webdataset's arguments plus:
 
@@ -201,16 +196,12 @@ class WebDataset(DataPipeline):
         self.update_cache_info(args)
         self.options = _source_options(options, args.cache_dir, args.cache_size)
         if type(self).create_url_iterator is not WebDataset.create_url_iterator:
-            given = dict(
+            planner = dict(
                 manifest=manifest, counts=counts, remainder=remainder, index_sizes=index_sizes, fields=fields
             )
-            unused = [name for name in _PLANNER_ARGUMENTS if given[name] not in (None, False, ())]
-            if unused:
-                raise ValueError(
-                    f"{type(self).__name__} overrides create_url_iterator, so it is built as webdataset "
-                    f"builds it, without wdsx's planner, and cannot use {', '.join(unused)}"
-                )
-            self._build_as_webdataset(args)
+            self._build_as_webdataset(
+                args, [name for name, value in planner.items() if value not in (None, False, ())]
+            )
             return
         if isinstance(urls, dict) or (isinstance(urls, str) and urls.endswith((".yaml", ".yml"))):
             raise ValueError(
@@ -282,8 +273,14 @@ class WebDataset(DataPipeline):
         else:
             self.append(shardlists.SimpleShardList(args.urls))
 
-    def _build_as_webdataset(self, args: SimpleNamespace) -> None:
-        """The stages webdataset builds around a subclass's :meth:`create_url_iterator`."""
+    def _build_as_webdataset(self, args: SimpleNamespace, planner_arguments: list[str]) -> None:
+        """The stages webdataset builds around a subclass's :meth:`create_url_iterator`, which
+        have no place for the ``planner_arguments`` given (wdsx's own)."""
+        if planner_arguments:
+            raise ValueError(
+                f"{type(self).__name__} overrides create_url_iterator, so it is built as webdataset "
+                f"builds it, without wdsx's planner, and cannot use {', '.join(planner_arguments)}"
+            )
         self.urls, self.manifest, self.reader = [], None, None
         self.create_url_iterator(args)
         for splitter in (args.nodesplitter, args.workersplitter):
