@@ -190,6 +190,24 @@ def test_round_robin_gives_webdatasets_outputs(three):
         assert [(x["__url__"], x["__key__"]) for x in ours] == [(x["__url__"], x["__key__"]) for x in theirs]
 
 
+def test_a_round_robin_mix_resumes_exactly_after_every_output(three):
+    """Its turn is counted after each output and wraps when the next is chosen: a state
+    taken in between can hold the number of sources, which loading must accept."""
+
+    def mix():
+        sources = [wdsx.WebDataset(s.urls, manifest=False).to_tuple("__key__") for s in three]
+        return wdsx.Mix(sources, order="round_robin")
+
+    whole = [key for (key,) in mix()]
+    for cut in range(1, len(whole)):
+        first = mix()
+        outputs = iter(first)
+        before = [next(outputs)[0] for _ in range(cut)]
+        resumed = mix()
+        resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
+        assert before + [key for (key,) in resumed] == whole, cut
+
+
 def test_random_mix_draws_like_webdatasets():
     """Both libraries' RandomMix over the same endless sources: each matches the weights, and
     their counts are alike (a chi-square test of homogeneity on the 2 x 3 table)."""

@@ -74,36 +74,6 @@ def assigned_to_thread(topology: Topology) -> Iterator[None]:
         _thread.topology = previous
 
 
-_torch_info_lock = threading.Lock()
-
-
-@contextmanager
-def torch_sees_this_thread() -> Iterator[None]:
-    """Within the block, in a reader thread, torch's ``get_worker_info()`` describes the
-    thread's reader, so that a splitter written for webdataset, which asks torch which worker
-    it runs in, splits as in a worker process. torch keeps one worker info per process: the
-    block holds a lock, and must be short (other threads can see the info meanwhile)."""
-    topology = getattr(_thread, "topology", None)
-    if topology is None or "torch" not in sys.modules:
-        yield
-        return
-    from torch.utils.data._utils import worker as torch_worker
-
-    with _torch_info_lock:
-        previous = torch_worker._worker_info
-        torch_worker._worker_info = torch_worker.WorkerInfo(
-            id=topology.worker,
-            num_workers=topology.num_workers,
-            seed=topology.worker,
-            dataset=None,  # type: ignore[arg-type]  # the thread's copy is not at hand here
-            worker_method="thread",
-        )
-        try:
-            yield
-        finally:
-            torch_worker._worker_info = previous
-
-
 def _assigned_now() -> Topology | None:
     """The identity assigned to this thread, else to this process, else None."""
     return getattr(_thread, "topology", None) or _assigned

@@ -24,7 +24,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from wdsx.core import topology as distributed
@@ -36,6 +36,7 @@ from wdsx.pipeline import redeal
 from wdsx.pipeline.datapipeline import DataPipeline, register_with_torch
 from wdsx.pipeline.mixing import Mix
 from wdsx.stages.base import Count, RedealTarget, Run, Stage, reread, source_index
+from wdsx.stages.reading import ShardReader
 from wdsx.state import validate
 from wdsx.state.checkpoint import FORMAT, VERSION, JsonDict, PipelineState
 from wdsx.state.fingerprint import Identity
@@ -149,11 +150,13 @@ def _tell_torch(info: Any, worker: int) -> None:
     it reads as. A resumed epoch can start in another worker than the first, so the loader
     gives processes the readers in turn from there; splitters written for webdataset ask
     torch which worker they are in, and must get the same answer as wdsx's own."""
-    import dataclasses
-
     from torch.utils.data._utils import worker as torch_worker
 
-    torch_worker._worker_info = dataclasses.replace(info, id=worker)
+    # the same fields, the id changed (a frozen dataclass in recent torch, a plain class before)
+    extra = {name: getattr(info, name) for name in ("rng", "worker_method") if hasattr(info, name)}
+    torch_worker._worker_info = type(info)(
+        id=worker, num_workers=info.num_workers, seed=info.seed, dataset=info.dataset, **extra
+    )
 
 
 class _CollateWithState:
@@ -550,7 +553,7 @@ class WebLoader(DataPipeline):
     Less memory and a quicker start; worth it where the heavy work releases the GIL (decoding
     images, numpy), not for Python-heavy per-sample maps. ``worker_init_fn(worker_id)`` runs
     in each thread, where torch's ``get_worker_info()`` is None (``wdsx.pytorch_worker_info()``
-    tells the worker) except while a ``WebDataset``'s own splitter functions run;
+    tells the worker), so a ``WebDataset`` with splitter functions of its own is refused;
     ``multiprocessing_context``, ``persistent_workers`` and ``reuse_shared_memory`` do not
     apply.
     """
@@ -576,6 +579,16 @@ class WebLoader(DataPipeline):
         self.factory = LoaderFactory(dataset, loader_kwargs, reuse_shared_memory, watch, worker_type)
         if self.factory.threaded and not isinstance(dataset, DataPipeline):
             raise TypeError(f"thread workers need a wdsx pipeline, not a {type(dataset).__name__}")
+        if self.factory.threaded and any(
+            isinstance(stage, ShardReader) and stage.custom_split for stage in dataset.pipeline
+        ):
+            # torch keeps one worker info per process: in a thread, such a function would
+            # read every shard, in every thread
+            raise ValueError(
+                "thread workers cannot run a WebDataset's own nodesplitter/workersplitter "
+                "functions, which ask torch which worker they run in; use wdsx's "
+                "split_by_node/split_by_worker (the defaults), or worker processes"
+            )
         super().__init__(LoaderSource(self.factory))
         register_with_torch()
         if self.factory.threaded:
@@ -679,13 +692,15 @@ class WebLoader(DataPipeline):
             parsed = self.parse_state(state)
             progress = self._progress(parsed)
             if progress is not None and (progress.workers != self.slots or progress.world != world):
-                if progress.world != world:
+                if progress.world != world or world > 1:
+                    # Re-dealing one rank's rest alone could leave the ranks with different
+                    # numbers of batches (a hang under DDP): the re-deal needs every rank's.
                     raise StateError(
-                        f"this loader state was saved by rank {progress.rank} of {progress.world}; "
-                        f"to resume on {world} ranks, gather every rank's state with "
-                        "gather_loader_state() and load that"
+                        f"this loader state was saved by rank {progress.rank} of {progress.world} with "
+                        f"{progress.workers} workers; to resume on {world} ranks with {self.slots}, "
+                        "gather every rank's state with gather_loader_state() and load that"
                     )
-                state = self._redealt([parsed], rank, world, strict, only_this_rank=True).to_json()
+                state = self._redealt([parsed], rank, world, strict).to_json()
         super().load_state_dict(state, strict, data_changed)
 
     def checked_state(
@@ -723,17 +738,9 @@ class WebLoader(DataPipeline):
         return None if saved is None else LoaderProgress.from_json(saved, state.table())
 
     def _redealt(
-        self,
-        rank_states: list[PipelineState],
-        rank: int,
-        world: int,
-        strict: bool = True,
-        only_this_rank: bool = False,
+        self, rank_states: list[PipelineState], rank: int, world: int, strict: bool = True
     ) -> PipelineState:
-        """This rank's share of a checkpoint re-dealt to the current ranks x workers; with
-        ``only_this_rank``, ``rank_states`` is this rank's own state alone (saved on as many
-        ranks, by another number of workers), and what it had not read is dealt to this
-        rank's workers only."""
+        """This rank's share of a checkpoint re-dealt to the current ranks x workers."""
         dataset = self.dataset
         if not isinstance(dataset, DataPipeline):
             raise StateError("elastic resume needs a wdsx dataset")
@@ -760,26 +767,16 @@ class WebLoader(DataPipeline):
         log.info(
             "re-dealing a checkpoint of %d readers to %d readers (%d ranks x %d)",
             len(readers),
-            self.slots if only_this_rank else consumers,
-            1 if only_this_rank else world,
+            consumers,
+            world,
             self.slots,
         )
-        if only_this_rank:
-            dealt = redeal.redeal(
-                readers, main_leftovers, dataset.pipeline, RedealTarget(old_world, self.slots, world)
-            )
-            # the new readers are this rank's workers, as the rest of the job numbers them
-            mine = [
-                replace(state, consumer=rank * self.slots + slot, consumers=consumers)
-                for slot, state in enumerate(dealt)
-            ]
-        else:
-            target = RedealTarget(old_world, consumers, world)
-            mine = redeal.redeal(readers, main_leftovers, dataset.pipeline, target)[
-                rank * self.slots : (rank + 1) * self.slots
-            ]
+        target = RedealTarget(old_world, consumers, world)
+        new_states = redeal.redeal(readers, main_leftovers, dataset.pipeline, target)
         progress = LoaderProgress.fresh(self.slots, rank, world)
-        progress.states = [state.to_json() for state in mine]
+        progress.states = [
+            state.to_json() for state in new_states[rank * self.slots : (rank + 1) * self.slots]
+        ]
         template = rank_states[0]
         table = PositionTable()
         # what the loader's own stages hand every new rank (a packer's counts of tokens emitted)

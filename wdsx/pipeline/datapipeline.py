@@ -451,9 +451,8 @@ class DataPipeline(FluidInterface):
         reasons = []
         source = source_index(self.pipeline)
         for index, stage in enumerate(self.pipeline):
-            if source is not None and index < source:
-                continue  # shard-list stages are replayed from the epoch start
-            reason = stage.not_resumable()
+            replayed = source is not None and index < source  # from the epoch start, on resume
+            reason = stage.not_replayable() if replayed else stage.not_resumable()
             if reason:
                 reasons.append(f"stage {index}: {reason}")
         if source is None and self.pipeline:

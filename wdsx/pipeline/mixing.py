@@ -111,7 +111,9 @@ class MixState:
                 raise validate.InvalidState(["active", index], "true or false", flag)
         return cls(
             validate.integer(data, "draws"),
-            validate.integer(data, "turn", high=max(count - 1, 0)),
+            # a turn is counted after each output and wraps when the next one is chosen, so
+            # a state between the two holds the number of sources
+            validate.integer(data, "turn", high=count),
             validate.integer(data, "base", default=0),
             validate.integers(data, "delivered", length=count),
             list(active),

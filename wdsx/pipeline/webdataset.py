@@ -94,6 +94,13 @@ def _splitting(nodesplitter: Any, workersplitter: Any) -> tuple[bool, bool, tupl
     return False, False, (nodesplitter, workersplitter)
 
 
+def _given(value: Any) -> bool:
+    """Whether an optional argument was given a value (not None, False or an empty list)."""
+    if isinstance(value, (list, tuple)):
+        return len(value) > 0
+    return value is not None and value is not False
+
+
 def _shard_buffer(shardshuffle: bool | int | None) -> int | None:
     """The shard shuffle buffer ``shardshuffle`` asks for, as webdataset reads it (``True``
     is 100); None for no shard shuffle."""
@@ -117,7 +124,7 @@ def _seeded_shard_shuffle(
     bufsize, order_seed = _shard_buffer(shardshuffle), _order_seed(seed)
     if not bufsize or order_seed is None:
         return None
-    return ShardBufferShuffle(bufsize, detshuffle, isinstance(order_seed, str))
+    return ShardBufferShuffle(bufsize, detshuffle, order_seed if isinstance(order_seed, str) else None)
 
 
 class WebDataset(DataPipeline):
@@ -199,9 +206,7 @@ class WebDataset(DataPipeline):
             planner = dict(
                 manifest=manifest, counts=counts, remainder=remainder, index_sizes=index_sizes, fields=fields
             )
-            self._build_as_webdataset(
-                args, [name for name, value in planner.items() if value not in (None, False, ())]
-            )
+            self._build_as_webdataset(args, [name for name, value in planner.items() if _given(value)])
             return
         if isinstance(urls, dict) or (isinstance(urls, str) and urls.endswith((".yaml", ".yml"))):
             raise ValueError(

@@ -268,6 +268,11 @@ class Stage:
         """Why a checkpoint cannot capture this stage exactly, or None when it can."""
         return None
 
+    def not_replayable(self) -> str | None:
+        """Why running this stage again from the start of the epoch, as a resumed run does
+        with the stages before the shard reader, might not give the items it gave, or None."""
+        return None
+
     def __repr__(self) -> str:
         """The stage as a pipeline's repr lists it: its description, unless it has a shorter one."""
         return self.describe()

@@ -15,7 +15,6 @@ from dataclasses import replace
 from typing import Any
 
 from wdsx.core import rng
-from wdsx.core import topology as distributed
 from wdsx.core.errors import Handler, NoSamplesError, StateError, reraise_exception
 from wdsx.core.sampleseed import EPOCH_SEED
 from wdsx.read import deal as planning
@@ -198,12 +197,11 @@ class ShardReader(ShardStage):
         index = {url: i for i, url in enumerate(self.urls)}
         order = self.deal.order(run.seed, run.epoch)
         stream: Iterator = iter({"url": self.urls[i]} for i in order)
-        with distributed.torch_sees_this_thread():  # the splitters may ask torch
-            if node_split is not None:
-                stream = node_split(stream)
-            if worker_split is not None:
-                stream = worker_split(stream)
-            mine = [index[item["url"]] for item in stream]
+        if node_split is not None:
+            stream = node_split(stream)
+        if worker_split is not None:
+            stream = worker_split(stream)
+        mine = [index[item["url"]] for item in stream]
         reorder = self.deal.reader_shuffle
         return mine if reorder is None else reorder(mine, run.seed, run.epoch)
 

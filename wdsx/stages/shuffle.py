@@ -219,18 +219,18 @@ class ShardBufferShuffle:
 
     bufsize: int
     per_epoch: bool = False
-    text_seed: bool = False
-    """webdataset was given the seed as text (``seed="7"``, or ``$WDS_SEED``), and seeds
-    ``random.Random`` with that text, which draws otherwise than the number."""
+    seed_text: str | None = None
+    """The seed as text, when it was given so (``seed="7"``, or ``$WDS_SEED``): webdataset
+    seeds ``random.Random`` with the text, which draws otherwise than the number. (With
+    ``per_epoch``, the text of the number plus the epoch: webdataset cannot add the two.)"""
 
     def __call__(self, positions: list[int], seed: int, epoch: int) -> list[int]:
-        value = seed + epoch if self.per_epoch else seed
-        generator = random.Random(str(value) if self.text_seed else value)
-        return list(Shuffle(self.bufsize, rng=generator)(positions))
+        value: int | str = seed + epoch if self.per_epoch else seed
+        if self.seed_text is not None:
+            value = str(value) if self.per_epoch else self.seed_text
+        return list(Shuffle(self.bufsize, rng=random.Random(value))(positions))
 
     def __str__(self) -> str:
-        return (
-            f"buffer {self.bufsize}"
-            + (", seed + epoch" if self.per_epoch else "")
-            + (", text seed" if self.text_seed else "")
-        )
+        epoch = ", seed + epoch" if self.per_epoch else ""
+        text = "" if self.seed_text is None else f", seed {self.seed_text!r}"
+        return f"buffer {self.bufsize}{epoch}{text}"
