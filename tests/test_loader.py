@@ -393,6 +393,9 @@ def test_a_ranks_own_state_on_other_workers_is_refused_and_a_gathered_one_re_dea
         del batches
         first.close()
     gathered = {"format": "wdsx-global-state", "version": 1, "ranks": states}
+    for wrong in ([states[1]], [states[0], states[0]]):  # a rank missing, a rank twice
+        with pytest.raises(wdsx.StateError, match="it must hold every rank's state, in rank order"):
+            loader(resumed_on).load_state_dict({**gathered, "ranks": wrong})
     counts = []
     for rank in range(2):
         monkeypatch.setenv("RANK", str(rank))

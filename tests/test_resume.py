@@ -232,5 +232,5 @@ def test_a_splitter_asking_torch_resumes_exactly(uneven_shards):
     assert sorted(epoch) == sorted(uneven_shards.keys)
     report = wdsx.check_resume(loader, cuts=4, epochs=2)
     assert report.identical, str(report)
-    with pytest.raises(ValueError, match="thread workers cannot run a WebDataset's own"):
-        loader("thread")  # torch has no worker info for a thread: each would read every shard
+    with pytest.raises(ValueError, match="thread worker cannot run a WebDataset's own workersplitter"):
+        list(loader("thread"))  # torch has no worker info for a thread: each would read every shard

@@ -74,6 +74,11 @@ def assigned_to_thread(topology: Topology) -> Iterator[None]:
         _thread.topology = previous
 
 
+def in_reader_thread() -> bool:
+    """True in a WebLoader reader thread (a worker that is a thread, not a process)."""
+    return getattr(_thread, "topology", None) is not None
+
+
 def _assigned_now() -> Topology | None:
     """The identity assigned to this thread, else to this process, else None."""
     return getattr(_thread, "topology", None) or _assigned

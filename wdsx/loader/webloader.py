@@ -36,7 +36,6 @@ from wdsx.pipeline import redeal
 from wdsx.pipeline.datapipeline import DataPipeline, register_with_torch
 from wdsx.pipeline.mixing import Mix
 from wdsx.stages.base import Count, RedealTarget, Run, Stage, reread, source_index
-from wdsx.stages.reading import ShardReader
 from wdsx.state import validate
 from wdsx.state.checkpoint import FORMAT, VERSION, JsonDict, PipelineState
 from wdsx.state.fingerprint import Identity
@@ -389,7 +388,7 @@ class LoaderSource(Stage):
         if not isinstance(dataset, DataPipeline):
             return f"the dataset is a {type(dataset).__name__}, not a wdsx pipeline"
         reasons = dataset.not_resumable()
-        return "; ".join(reasons) if reasons else None
+        return "; ".join(f"the dataset's {reason}" for reason in reasons) if reasons else None
 
     def source_count(self, stages: Sequence[Stage], index: int, run: Run) -> Count | None:
         """The DataLoader's batches this rank receives in the epoch: each worker's share of
@@ -553,7 +552,8 @@ class WebLoader(DataPipeline):
     Less memory and a quicker start; worth it where the heavy work releases the GIL (decoding
     images, numpy), not for Python-heavy per-sample maps. ``worker_init_fn(worker_id)`` runs
     in each thread, where torch's ``get_worker_info()`` is None (``wdsx.pytorch_worker_info()``
-    tells the worker), so a ``WebDataset`` with splitter functions of its own is refused;
+    tells the worker), so a ``WebDataset`` with a workersplitter function of its own is
+    refused;
     ``multiprocessing_context``, ``persistent_workers`` and ``reuse_shared_memory`` do not
     apply.
     """
@@ -579,16 +579,6 @@ class WebLoader(DataPipeline):
         self.factory = LoaderFactory(dataset, loader_kwargs, reuse_shared_memory, watch, worker_type)
         if self.factory.threaded and not isinstance(dataset, DataPipeline):
             raise TypeError(f"thread workers need a wdsx pipeline, not a {type(dataset).__name__}")
-        if self.factory.threaded and any(
-            isinstance(stage, ShardReader) and stage.custom_split for stage in dataset.pipeline
-        ):
-            # torch keeps one worker info per process: in a thread, such a function would
-            # read every shard, in every thread
-            raise ValueError(
-                "thread workers cannot run a WebDataset's own nodesplitter/workersplitter "
-                "functions, which ask torch which worker they run in; use wdsx's "
-                "split_by_node/split_by_worker (the defaults), or worker processes"
-            )
         super().__init__(LoaderSource(self.factory))
         register_with_torch()
         if self.factory.threaded:
@@ -683,6 +673,15 @@ class WebLoader(DataPipeline):
                     self.check_data(rank_state, data_changed, strict)
                 self.skip_keys(ranks[-1].skip_keys)
             progresses = [self._progress(rank_state) for rank_state in ranks]
+            for index, progress in enumerate(progresses):
+                # a missing or repeated rank would lose or repeat its share without a word
+                if progress is not None and (progress.rank, progress.world) != (index, len(ranks)):
+                    raise StateError(
+                        f"the gathered loader state lists {len(ranks)} rank state(s), and its entry "
+                        f"{index} is rank {progress.rank} of {progress.world}: it must hold every "
+                        "rank's state, in rank order (gather_loader_state() gathers them over "
+                        "torch.distributed, which must be initialised)"
+                    )
             if len(ranks) == world and all(p is None or p.workers == self.slots for p in progresses):
                 state = saved_ranks[rank]
             else:
@@ -696,9 +695,10 @@ class WebLoader(DataPipeline):
                     # Re-dealing one rank's rest alone could leave the ranks with different
                     # numbers of batches (a hang under DDP): the re-deal needs every rank's.
                     raise StateError(
-                        f"this loader state was saved by rank {progress.rank} of {progress.world} with "
-                        f"{progress.workers} workers; to resume on {world} ranks with {self.slots}, "
-                        "gather every rank's state with gather_loader_state() and load that"
+                        f"this loader state was saved by rank {progress.rank} of {progress.world} "
+                        f"reading in {progress.workers} stream(s); to resume on {world} rank(s) reading "
+                        f"in {self.slots}, gather every rank's state with gather_loader_state() and "
+                        "load that"
                     )
                 state = self._redealt([parsed], rank, world, strict).to_json()
         super().load_state_dict(state, strict, data_changed)

@@ -95,10 +95,13 @@ def _splitting(nodesplitter: Any, workersplitter: Any) -> tuple[bool, bool, tupl
 
 
 def _given(value: Any) -> bool:
-    """Whether an optional argument was given a value (not None, False or an empty list)."""
+    """Whether an optional argument was given a value (not None, a false flag or number, or
+    an empty list)."""
     if isinstance(value, (list, tuple)):
         return len(value) > 0
-    return value is not None and value is not False
+    if isinstance(value, (bool, int)):
+        return bool(value)
+    return value is not None
 
 
 def _shard_buffer(shardshuffle: bool | int | None) -> int | None:

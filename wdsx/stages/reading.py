@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from wdsx.core import rng
+from wdsx.core import topology as distributed
 from wdsx.core.errors import Handler, NoSamplesError, StateError, reraise_exception
 from wdsx.core.sampleseed import EPOCH_SEED
 from wdsx.read import deal as planning
@@ -27,6 +28,7 @@ from wdsx.read.shard import ReadSettings, read_piece, read_positions, stream_off
 from wdsx.sources import SourceOptions
 from wdsx.sources.prefetch import Prefetcher
 from wdsx.stages.base import Count, Run, Stage, batch_hint, shards_summary
+from wdsx.stages.shardlists import split_by_worker
 from wdsx.state.checkpoint import JsonDict
 from wdsx.state.position import Position, PositionTable
 
@@ -194,6 +196,14 @@ class ShardReader(ShardStage):
 
     def _custom_order(self, run: Run) -> list[int]:
         node_split, worker_split = self.custom_split or (None, None)
+        if worker_split not in (None, split_by_worker) and distributed.in_reader_thread():
+            # torch keeps one worker info per process, and has none for a thread: a splitter
+            # that asks it would give every thread every shard
+            raise ValueError(
+                "a WebLoader thread worker cannot run a WebDataset's own workersplitter function "
+                "(one written for webdataset asks torch which worker it runs in, and torch has no "
+                "answer in a thread); use wdsx's split_by_worker (the default), or worker processes"
+            )
         index = {url: i for i, url in enumerate(self.urls)}
         order = self.deal.order(run.seed, run.epoch)
         stream: Iterator = iter({"url": self.urls[i]} for i in order)
