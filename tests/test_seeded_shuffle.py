@@ -208,11 +208,13 @@ def test_a_seeded_shard_shuffle_gives_webdatasets_order_on_every_rank(many_shard
         assert ours == theirs, rank
 
 
-@pytest.mark.parametrize("given", [{"seed": "7"}, {}])
-def test_a_text_seed_or_wds_seed_gives_webdatasets_order(many_shards, monkeypatch, given):
+@pytest.mark.parametrize("text", ["7", "07", "not a number"])
+@pytest.mark.parametrize("where", ["argument", "environment"])
+def test_a_text_seed_or_wds_seed_gives_webdatasets_order(many_shards, monkeypatch, text, where):
     """webdataset seeds with ``$WDS_SEED`` when no seed is given, as text, which draws
-    otherwise than the number; a seed given as text does the same."""
-    monkeypatch.setenv("WDS_SEED", "7")
+    otherwise than the number; a seed given as text does the same, whatever the text."""
+    monkeypatch.setenv("WDS_SEED", text)
+    given = {"seed": text} if where == "argument" else {}
     theirs = loader_epochs(webdataset, many_shards.urls, 0, shardshuffle=5, **given)
     assert loader_epochs(wdsx, many_shards.urls, 0, manifest=False, shardshuffle=5, **given) == theirs
 

@@ -10,6 +10,8 @@ import os
 from collections.abc import Callable
 from typing import TypeVar
 
+from wdsx.core.rng import derive_seed
+
 Number = TypeVar("Number", int, float)
 
 ALLOW_PICKLE = "WDSX_ALLOW_PICKLE"
@@ -36,9 +38,21 @@ def pickle_allowed() -> bool:
     return _flag(ALLOW_PICKLE) and not secure_mode()
 
 
+def seed_number(seed: int | str) -> int:
+    """A seed as the number wdsx's random streams take: an int, or text that reads as one,
+    as it is; any other text (webdataset takes any) through a hash of it, the same in every
+    process and run."""
+    if isinstance(seed, int):
+        return seed
+    try:
+        return int(seed)
+    except ValueError:
+        return derive_seed("seed text", seed)
+
+
 def seed_from_environment() -> int:
     """``WDS_SEED``, else 0: the same seed on every rank and every restart."""
-    return int(os.environ.get("WDS_SEED", "0"))
+    return seed_number(os.environ.get("WDS_SEED", "0"))
 
 
 def number_from_environment(name: str, kind: Callable[[str], Number], what: str) -> Number | None:

@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from wdsx.core import topology as distributed
-from wdsx.core.env import seed_from_environment
+from wdsx.core.env import seed_from_environment, seed_number
 from wdsx.core.errors import NotResumableError, StateError
 from wdsx.pipeline.fluid import FluidInterface
 from wdsx.read.progress import ReaderProgress
@@ -37,9 +37,9 @@ from wdsx.state.position import Position, PositionTable, as_json
 log = logging.getLogger("wdsx")
 
 
-def default_seed(seed: int | None) -> int:
+def default_seed(seed: int | str | None) -> int:
     """The seed to use: the one given, else ``WDS_SEED``, else 0 (the same on every rank)."""
-    return int(seed) if seed is not None else seed_from_environment()
+    return seed_number(seed) if seed is not None else seed_from_environment()
 
 
 def register_with_torch() -> None:
@@ -153,7 +153,8 @@ class DataPipeline(FluidInterface):
         *stages: stages in order; the first produces items (a shard list, a reader, an
             iterable), the others transform the stream. ``None`` is skipped, lists are spliced.
         seed: seed for every random choice (shard order, shuffle buffers). Defaults to
-            ``WDS_SEED`` or 0, so that every rank and every restart agrees.
+            ``WDS_SEED`` or 0, so that every rank and every restart agrees. Text is taken as
+            webdataset takes it: a number as that number, other text through a hash.
     """
 
     observer: StageObserver | None = None
@@ -179,7 +180,7 @@ class DataPipeline(FluidInterface):
     _data: JsonDict | None = None
     """The shards' identities, found once (:meth:`data_identity`)."""
 
-    def __init__(self, *stages: Any, seed: int | None = None):
+    def __init__(self, *stages: Any, seed: int | str | None = None):
         self.pipeline: list[Stage] = []
         for item in stages:
             if item is None:

@@ -171,7 +171,7 @@ class WebDataset(DataPipeline):
         rename_files: Callable[[str], str] | None = None,
         empty_check: bool = True,
         verbose: bool = False,
-        seed: int | None = None,
+        seed: int | str | None = None,
         *,
         manifest: Any = None,
         counts: Sequence[int] | str | None = None,
