@@ -362,9 +362,10 @@ class DataPipeline(FluidInterface):
 
     def iterator1(self) -> Iterator:
         """webdataset's name for iterating one pass of the stages."""
-        self._live = _Stream(self, self._take_pending())
-        self._live.passes = 1
-        return self._live.items
+        items = self.iterator()
+        assert self._live is not None
+        self._live.passes = 1  # read when the stream starts
+        return items
 
     def _overrides_iteration(self) -> bool:
         """Whether a subclass overrides webdataset's :meth:`iterator` or :meth:`iterator1`."""

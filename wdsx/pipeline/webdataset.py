@@ -104,30 +104,22 @@ def _given(value: Any) -> bool:
     return value is not None
 
 
-def _shard_buffer(shardshuffle: bool | int | None) -> int | None:
-    """The shard shuffle buffer ``shardshuffle`` asks for, as webdataset reads it (``True``
-    is 100); None for no shard shuffle."""
-    if shardshuffle is None or shardshuffle is False:
-        return None
-    return 100 if shardshuffle is True else int(shardshuffle)
-
-
 def _order_seed(seed: int | str | None) -> int | str | None:
     """The seed webdataset's shard order is a function of: the one given, else ``$WDS_SEED``
     (as text, as webdataset reads it); None when webdataset picks one at random."""
     return seed if seed is not None else os.environ.get("WDS_SEED")
 
 
-def _seeded_shard_shuffle(
-    shardshuffle: bool | int | None, seed: int | str | None, detshuffle: bool
-) -> ShardBufferShuffle | None:
+def _seeded_shard_shuffle(args: SimpleNamespace) -> ShardBufferShuffle | None:
     """With a seed (given, or ``$WDS_SEED``: the pipeline's seed then), webdataset's shard
-    order is a function of it: each reader buffer-shuffles its own shards. Without one,
-    webdataset's order is random, and wdsx shuffles the whole list anew every epoch."""
-    bufsize, order_seed = _shard_buffer(shardshuffle), _order_seed(seed)
-    if not bufsize or order_seed is None:
+    order is a function of it: each reader buffer-shuffles its own shards, through a buffer
+    of ``args.shardshuffle`` (as webdataset reads it). Without one, webdataset's order is
+    random, and wdsx shuffles the whole list anew every epoch."""
+    order_seed = _order_seed(args.seed)
+    if not args.shardshuffle or args.resampled or order_seed is None:
         return None
-    return ShardBufferShuffle(bufsize, detshuffle, order_seed if isinstance(order_seed, str) else None)
+    text = order_seed if isinstance(order_seed, str) else None
+    return ShardBufferShuffle(int(args.shardshuffle), args.detshuffle, text)
 
 
 class WebDataset(DataPipeline):
@@ -245,7 +237,7 @@ class WebDataset(DataPipeline):
             self.urls,
             settings,
             shuffle=bool(shardshuffle) and not resampled,
-            reader_shuffle=None if resampled else _seeded_shard_shuffle(shardshuffle, seed, detshuffle),
+            reader_shuffle=_seeded_shard_shuffle(args),
             resampled=resampled,
             split_ranks=split_ranks,
             split_workers=split_workers,

@@ -54,35 +54,38 @@ def single_node_only(src: Iterable, group: Any = None) -> Iterator:
     return iter(src)
 
 
-def own_iteration(shards: SimpleShardList | ResampledShards) -> Iterator:
-    """A shard-list subclass's own ``__iter__``, called as webdataset calls it, counting the
-    epochs it ran in this process (see :func:`own_iteration_problem`)."""
-    shards.own_epochs += 1
-    return iter(shards)
+class ShardListStage(Stage):
+    """A shard list that programs written for webdataset subclass, overriding ``__iter__``:
+    such a subclass's own ``__iter__`` gives the shards, called as webdataset calls it."""
+
+    own_epochs = 0
+    """Epochs a subclass's own ``__iter__`` ran in this process."""
+
+    def __iter__(self) -> Iterator[dict[str, str]]:
+        raise NotImplementedError
+
+    def own_iteration(self) -> Iterator:
+        """The subclass's own ``__iter__``, counting the epochs it ran in this process."""
+        self.own_epochs += 1
+        return iter(self)
+
+    def not_replayable(self) -> str | None:
+        """A subclass that iterates itself may keep a count of its own (an epoch it
+        increments, as webdataset's classes do), which lives in the object: after its first
+        epoch in a process, a resumed run's fresh object would start it afresh. (In WebLoader
+        workers each epoch iterates a fresh copy, so the question never arises.)"""
+        if self.own_epochs <= 1:
+            return None
+        return (
+            f"{type(self).__name__} iterates itself (its own __iter__) and has run {self.own_epochs} "
+            "epochs in this process; a count it keeps would start afresh in a resumed run"
+        )
 
 
-def own_iteration_problem(shards: SimpleShardList | ResampledShards) -> str | None:
-    """Why a checkpoint of a shard-list subclass that iterates itself may not resume exactly:
-    such a class may keep a count of its own (an epoch it increments, as webdataset's
-    classes do), which lives in the object; after the first epoch in a process, a resumed
-    run's fresh object would start it afresh. (In WebLoader workers each epoch iterates a
-    fresh copy, so the question never arises.)"""
-    epochs = shards.own_epochs
-    if epochs <= 1:
-        return None
-    return (
-        f"{type(shards).__name__} iterates itself (its own __iter__) and has run {epochs} epochs in "
-        "this process; a count it keeps would start afresh in a resumed run"
-    )
-
-
-class SimpleShardList(Stage):
+class SimpleShardList(ShardListStage):
     """The shard list as ``{"url": ...}`` items. With an int seed, shuffled by
     ``random.Random(seed)`` as webdataset does (the same order every epoch); with
     ``seed=True`` (webdataset: a random seed), a new order every epoch."""
-
-    own_epochs = 0
-    """Epochs a subclass's own ``__iter__`` ran in this process (:func:`own_iteration`)."""
 
     def __init__(self, urls: str | Iterable[str], seed: int | bool | None = None):
         self.urls = expand_urls(urls)
@@ -112,18 +115,15 @@ class SimpleShardList(Stage):
 
     def apply(self, upstream: Iterator, run: Run, index: int) -> Iterator:
         if type(self).__iter__ is not SimpleShardList.__iter__:
-            return own_iteration(self)
+            return self.own_iteration()
         return self._items(run.epoch)
-
-    def not_replayable(self) -> str | None:
-        return own_iteration_problem(self)
 
     def __iter__(self) -> Iterator[dict[str, str]]:
         epoch, self.epoch = self.epoch, self.epoch + 1
         return self._items(epoch)
 
 
-class ResampledShards(Stage):
+class ResampledShards(ShardListStage):
     """Shards drawn with replacement, ``nshards`` per epoch, from a per-reader seeded stream.
 
     With ``deterministic=True`` the draws are webdataset's: ``random.Random`` seeded from the
@@ -131,9 +131,6 @@ class ResampledShards(Stage):
     Otherwise webdataset mixes in the time and process id; wdsx draws from a stream of
     (``seed``, epoch, reader) instead, so it is deterministic all the same (pass a different
     seed for a different run)."""
-
-    own_epochs = 0
-    """Epochs a subclass's own ``__iter__`` ran in this process (:func:`own_iteration`)."""
 
     def __init__(
         self,
@@ -173,11 +170,8 @@ class ResampledShards(Stage):
 
     def apply(self, upstream: Iterator, run: Run, index: int) -> Iterator:
         if type(self).__iter__ is not ResampledShards.__iter__:
-            return own_iteration(self)
+            return self.own_iteration()
         return self._items(run.epoch, run.topology)
-
-    def not_replayable(self) -> str | None:
-        return own_iteration_problem(self)
 
     def __iter__(self) -> Iterator[dict[str, str]]:
         self.epoch += 1
