@@ -24,7 +24,7 @@ import logging
 import math
 import mmap
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -484,6 +484,31 @@ class RowPiece(RowSource):
         first = self.cursor.ordinal
         if first + size > self.end or (head is not None and not self.joins):
             return None
+        batch, positions = self._block(first, size, stamps)
+        if head is not None:
+            joined = join_columns(head, batch)
+            if joined is None:
+                self.joins = False
+                return None
+            batch, positions = joined, joined[POSITION]
+        self._advance(first + size)
+        return batch, positions
+
+    def batches(
+        self, size: int, stamps: dict[str, Any] | None = None
+    ) -> Iterator[tuple[dict[str, Any], Sequence[Position]]]:
+        cursor, last = self.cursor, self.end - size
+        while cursor.ordinal <= last:
+            first = cursor.ordinal
+            block = self._block(first, size, stamps)
+            self._advance(first + size)
+            yield block
+
+    def _block(
+        self, first: int, size: int, stamps: dict[str, Any] | None
+    ) -> tuple[dict[str, Any], RowPositions]:
+        """The samples of ordinals ``[first, first + size)`` as one collated batch, with their
+        positions: the rows gathered in one step, keys and positions as lazy columns."""
         rows = np.arange(first, first + size) if self.order is None else self.order[first : first + size]
         url = self.rows.url
         positions = RowPositions(url, rows, first, self.pad)
@@ -494,15 +519,7 @@ class RowPiece(RowSource):
             POSITION: positions,
         }
         self.constants.add(batch, size, stamps)
-        if head is None:
-            self._advance(first + size)
-            return batch, positions
-        joined = join_columns(head, batch)
-        if joined is None:
-            self.joins = False
-            return None
-        self._advance(first + size)
-        return joined, joined[POSITION]
+        return batch, positions
 
     def close(self) -> None:
         """Nothing to release: the rows are a memory map or bytes in memory."""

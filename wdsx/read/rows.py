@@ -171,3 +171,12 @@ class RowSource(ABC):
         the reading stage gives every sample (one value each). With ``head`` (a collated batch
         of samples held before these), the batch is ``head`` followed by them. None, and the
         cursor left alone, when the piece has fewer samples left or ``head`` does not join."""
+
+    @abstractmethod
+    def batches(
+        self, size: int, stamps: dict[str, Any] | None = None
+    ) -> Iterator[tuple[dict[str, Any], Sequence[Position]]]:
+        """Whole batches of ``size`` samples from the cursor on, as :meth:`take` makes them,
+        while the piece has that many left: the loop a batching stage runs between the
+        boundaries of pieces, with no per-batch checks. The cursor is past each batch when
+        it is yielded, so a checkpoint taken then resumes after it."""

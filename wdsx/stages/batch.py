@@ -102,7 +102,13 @@ class Batched(Stage):
         (``held``), until the next piece's rows complete the batch."""
         stamps = {EPOCH_SEED: run.epoch_seed}  # what the reader stamps on every sample
         while (rows := run.rows) is not None and rows.left() > 0:
-            if buffer.positions and not rows.joins:
+            if not buffer.positions:  # at a batch boundary
+                for batch, positions in rows.batches(self.batchsize, stamps):
+                    run.position = cast(Any, positions)
+                    yield batch
+                if rows.left() == 0:
+                    return
+            elif not rows.joins:
                 return
             head = held.batch
             if buffer.items:
