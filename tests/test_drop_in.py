@@ -1148,6 +1148,41 @@ case(
     check=read_error,
 )
 case(
+    "pipeline-list-edited-in-place",
+    """
+    import webdataset as wds
+
+
+    def keys(source):
+        for sample in source:
+            yield sample["__key__"]
+
+
+    class KeyStream(wds.DataPipeline):
+        def __init__(self, urls):
+            super().__init__()
+            self.pipeline.extend([wds.SimpleShardList(urls), wds.split_by_worker, wds.tarfile_to_samples()])
+            self.pipeline += [keys]
+
+
+    edited = wds.DataPipeline(wds.SimpleShardList(DATA["many"]), wds.tarfile_to_samples())
+    edited.pipeline.insert(1, wds.split_by_node)
+    edited.pipeline[-1] = wds.tarfile_to_samples()
+    edited.pipeline.append(keys)
+    result = [list(KeyStream(DATA["urls"])), list(edited)]
+    """,
+)
+case(
+    "plus-chains-two-datasets",
+    """
+    import webdataset as wds
+
+    first = wds.WebDataset(DATA["urls"][0], shardshuffle=False).to_tuple("__key__")
+    second = wds.DataPipeline(wds.SimpleShardList(DATA["many"]), wds.tarfile_to_samples(), wds.to_tuple("cls"))
+    result = [item[0] for item in first + second]
+    """,
+)
+case(
     "truncated-tgz-ignore-and-stop",
     """
     import webdataset as wds

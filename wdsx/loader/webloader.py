@@ -33,7 +33,7 @@ from wdsx.core.sampleseed import epoch_seed
 from wdsx.loader import arena, lifeline, threads, transport
 from wdsx.loader.profile import Clock, LoaderStats, LoaderWatch, WorkerSide
 from wdsx.pipeline import redeal
-from wdsx.pipeline.datapipeline import DataPipeline, register_with_torch
+from wdsx.pipeline.datapipeline import DataPipeline
 from wdsx.pipeline.mixing import Mix
 from wdsx.stages.base import Count, RedealTarget, Run, Stage, reread, source_index
 from wdsx.state import validate
@@ -580,7 +580,6 @@ class WebLoader(DataPipeline):
         if self.factory.threaded and not isinstance(dataset, DataPipeline):
             raise TypeError(f"thread workers need a wdsx pipeline, not a {type(dataset).__name__}")
         super().__init__(LoaderSource(self.factory))
-        register_with_torch()
         if self.factory.threaded:
             self.factory.check_arguments()
 

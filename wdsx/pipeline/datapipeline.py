@@ -21,9 +21,10 @@ from typing import Any
 from wdsx.core import topology as distributed
 from wdsx.core.env import seed_from_environment, seed_number
 from wdsx.core.errors import NotResumableError, StateError
+from wdsx.core.torchdataset import iterable_dataset
 from wdsx.pipeline.fluid import FluidInterface
 from wdsx.read.progress import ReaderProgress
-from wdsx.stages.base import Count, Run, Stage, as_stage, source_index, stage_keys
+from wdsx.stages.base import Count, Run, Stage, StageList, source_index, stage_keys
 from wdsx.stages.custom import PipelineStage
 from wdsx.stages.observe import StageObserver
 from wdsx.stages.plan import execution_stages
@@ -40,20 +41,6 @@ log = logging.getLogger("wdsx")
 def default_seed(seed: int | str | None) -> int:
     """The seed to use: the one given, else ``WDS_SEED``, else 0 (the same on every rank)."""
     return seed_number(seed) if seed is not None else seed_from_environment()
-
-
-def register_with_torch() -> None:
-    """Make torch's DataLoader treat wdsx pipelines as IterableDatasets, without importing
-    torch ourselves: registration happens once torch is loaded by the program."""
-    if "torch" not in sys.modules or _registered:
-        return
-    from torch.utils.data import IterableDataset
-
-    IterableDataset.register(DataPipeline)
-    _registered.append(True)
-
-
-_registered: list[bool] = []
 
 
 _NOTHING = object()
@@ -146,6 +133,7 @@ class _Stream:
         return state
 
 
+@iterable_dataset
 class DataPipeline(FluidInterface):
     """A pipeline of stages; iterable, picklable, checkpointable.
 
@@ -181,12 +169,11 @@ class DataPipeline(FluidInterface):
     """The shards' identities, found once (:meth:`data_identity`)."""
 
     def __init__(self, *stages: Any, seed: int | str | None = None):
-        self.pipeline: list[Stage] = []
+        self.pipeline = StageList()
         for item in stages:
             if item is None:
                 continue
-            for stage in item if isinstance(item, list) and item and _all_stages(item) else [item]:
-                self.pipeline.append(as_stage(stage))
+            self.pipeline.extend(item if isinstance(item, list) and item and _all_stages(item) else [item])
         self.seed = default_seed(seed)
         self.repetitions = 1
         self.nsamples = -1
@@ -195,7 +182,6 @@ class DataPipeline(FluidInterface):
         self._pending: PipelineState | None = None
         self._live: _Stream | None = None
         self._captured = distributed.capture()
-        register_with_torch()
 
     # --- building ---------------------------------------------------------------------
     def compose(self, *stages: Any) -> DataPipeline:
@@ -207,7 +193,7 @@ class DataPipeline(FluidInterface):
             )
         result = object.__new__(type(self))
         result.__dict__.update(self.__dict__)
-        result.pipeline = list(self.pipeline) + [as_stage(stage) for stage in stages]
+        result.pipeline = StageList([*self.pipeline, *stages])
         result._live = None
         return result
 
@@ -218,9 +204,26 @@ class DataPipeline(FluidInterface):
         result._live, result._pending = None, None
         return result
 
+    @property
+    def pipeline(self) -> StageList:
+        """The stages, in order: a list that, as in webdataset, may be edited in place or
+        replaced (what goes into it becomes a stage as the constructor makes one)."""
+        return self._stages
+
+    @pipeline.setter
+    def pipeline(self, stages: Iterable[Any]) -> None:
+        self._stages = stages if isinstance(stages, StageList) else StageList(stages)
+
+    def __add__(self, other: Any) -> Any:
+        """``a + b``: torch's ``ChainDataset`` of the two, as ``+`` gives for webdataset's
+        pipelines (torch ``IterableDataset`` subclasses)."""
+        from torch.utils.data import ChainDataset
+
+        return ChainDataset([self, other])
+
     def append(self, stage: Any) -> None:
         """Add a stage to this pipeline in place."""
-        self.pipeline.append(as_stage(stage))
+        self.pipeline.append(stage)
 
     def stage(self, index: int) -> Stage:
         return self.pipeline[index]
@@ -659,7 +662,6 @@ class DataPipeline(FluidInterface):
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        register_with_torch()
 
     def close(self) -> None:
         """Release the live iteration (open shards are closed when its generators close)."""

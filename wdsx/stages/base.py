@@ -363,6 +363,36 @@ def as_stage(item: Any) -> Stage:
     raise ValueError(f"{item!r}: not a valid pipeline stage")
 
 
+class StageList(list[Stage]):
+    """A pipeline's stages, a list as in webdataset: whatever goes into it (``append``,
+    ``extend``, ``insert``, item or slice assignment, ``+=``) becomes a :class:`Stage` as
+    :func:`as_stage` makes one, so code that builds or edits ``pipeline.pipeline`` directly
+    (a subclass's ``__init__`` extending it, a splitter inserted after the shard list) builds
+    the pipeline the constructor would."""
+
+    def __init__(self, items: Iterable[Any] = ()):
+        super().__init__(as_stage(item) for item in items)
+
+    def append(self, item: Any) -> None:
+        super().append(as_stage(item))
+
+    def extend(self, items: Iterable[Any]) -> None:
+        super().extend(as_stage(item) for item in items)
+
+    def insert(self, index: Any, item: Any) -> None:
+        super().insert(index, as_stage(item))
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        if isinstance(index, slice):
+            super().__setitem__(index, [as_stage(item) for item in value])
+        else:
+            super().__setitem__(index, as_stage(value))
+
+    def __iadd__(self, items: Iterable[Any]) -> StageList:  # type: ignore[misc, override]
+        self.extend(items)
+        return self
+
+
 class FilterFunction:
     """``f`` with every argument but the first bound: calling it on ``data`` runs
     ``f(data, *args, **kw)``. Unlike a closure, it pickles (when ``f`` and the arguments

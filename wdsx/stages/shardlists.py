@@ -23,6 +23,7 @@ from typing import Any
 
 from wdsx.core import rng
 from wdsx.core import topology as distributed
+from wdsx.core.torchdataset import iterable_dataset
 from wdsx.core.utilities import make_seed
 from wdsx.read.deal import epoch_order
 from wdsx.sources.listing import expand_urls
@@ -54,6 +55,7 @@ def single_node_only(src: Iterable, group: Any = None) -> Iterator:
     return iter(src)
 
 
+@iterable_dataset
 class ShardListStage(Stage):
     """A shard list that programs written for webdataset subclass, overriding ``__iter__``:
     such a subclass's own ``__iter__`` gives the shards, called as webdataset calls it."""
