@@ -133,6 +133,16 @@ def test_a_shard_shorter_than_its_manifest_says_is_an_error(small):
         list(wdsx.WebDataset(small.urls, counts=counts))
 
 
+def test_a_shard_longer_than_its_manifest_says_is_an_error(small):
+    counts = list(small.counts)
+    counts[2] -= 1
+    with open(small.urls[2], "rb") as stream:
+        extra_line_offset = sum(len(line) for line in stream.readlines()[: counts[2]])
+    with pytest.raises(wdsx.ShardError, match=f"more than {counts[2]} lines") as raised:
+        list(wdsx.WebDataset(small.urls, counts=counts))
+    assert raised.value.url == small.urls[2] and raised.value.offset == extra_line_offset
+
+
 def test_counts_come_from_a_scan_and_a_manifest(small, tmp_path):
     assert wdsx.WebDataset(small.urls, manifest=False, counts="scan").reader.counts == small.counts
     with JsonlShardWriter(str(tmp_path / "part-%04d.jsonl"), maxcount=40) as sink:

@@ -201,3 +201,55 @@ def test_counts_follow_select_files(tmp_path):
     selected = wdsx.WebDataset(urls, select_files="*.jpg", counts="scan")
     assert selected.reader.counts == [3] == [sum(1 for _ in selected)]
     assert wdsx.WebDataset(urls, select_files="*.jpg").reader.counts is None
+
+
+def _write_run(pattern: str, prefix: str, samples: int, maxcount: int, fail_after: int | None = None) -> None:
+    """A ShardWriter run writing ``samples`` text samples keyed ``prefix####``; with
+    ``fail_after``, the user's loop raises after that many writes (as a crash would)."""
+    import wdsx
+
+    try:
+        with wdsx.ShardWriter(pattern, maxcount=maxcount, verbose=0) as writer:
+            for i in range(samples):
+                writer.write({"__key__": f"{prefix}{i:04d}", "txt": prefix})
+                if fail_after is not None and i + 1 == fail_after:
+                    raise RuntimeError("the user's loop failed")
+    except RuntimeError:
+        pass
+
+
+def _keys_in(path: str) -> list[str]:
+    """The sample keys of a tar file as Python's tarfile reads them (one .txt per sample)."""
+    with tarfile.open(path) as archive:
+        return [member.name.rsplit(".", 1)[0] for member in archive.getmembers()]
+
+
+def test_a_failed_rerun_leaves_no_manifest_of_the_earlier_run(tmp_path):
+    import wdsx
+
+    pattern = str(tmp_path / "part-%06d.tar")
+    _write_run(pattern, "old", 30, maxcount=10)
+    assert (tmp_path / "part.manifest.json").exists()
+    _write_run(pattern, "new", 40, maxcount=25, fail_after=31)
+    assert not (tmp_path / "part.manifest.json").exists()
+    shards = sorted(str(path) for path in tmp_path.glob("part-*.tar"))
+    expected = [key for shard in shards for key in _keys_in(shard)]
+    read = [sample["__key__"] for sample in wdsx.WebDataset(shards, shardshuffle=False)]
+    assert read == expected and len(read) == 25 + 20
+
+
+def test_a_shard_with_more_samples_than_its_manifest_says_is_refused(tmp_path):
+    import wdsx
+
+    pattern = str(tmp_path / "part-%06d.tar")
+    _write_run(pattern, "old", 30, maxcount=10)
+    manifest = (tmp_path / "part.manifest.json").read_bytes()
+    _write_run(pattern, "new", 25, maxcount=25)  # shard 0 rewritten with 25 samples
+    (tmp_path / "part.manifest.json").write_bytes(manifest)  # the earlier run's manifest, put back
+    shard = str(tmp_path / "part-000000.tar")
+    with tarfile.open(shard) as archive:
+        eleventh = archive.getmembers()[10].offset
+    with pytest.raises(ShardError) as raised:
+        list(wdsx.WebDataset(str(tmp_path / "part-{000000..000002}.tar"), shardshuffle=False))
+    assert raised.value.url == shard and raised.value.offset == eleventh
+    assert "more than 10 samples" in str(raised.value)

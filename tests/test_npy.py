@@ -51,6 +51,15 @@ def test_rows_equal_np_load(tmp_path, row_shape, dtype):
         assert sample["__position__"].offset == sample["__position__"].ordinal  # file order: row = ordinal
 
 
+def test_a_shard_with_more_rows_than_its_count_is_an_error(shards):
+    counts = [37, 4, 61, 37, 20]
+    mapped = np.load(shards.urls[1], mmap_mode="r")
+    fifth_row = mapped.offset + 4 * mapped[0].nbytes
+    with pytest.raises(wdsx.ShardError, match="more than 4 rows") as raised:
+        list(wdsx.WebDataset(shards.urls, counts=counts))
+    assert raised.value.url == shards.urls[1] and raised.value.offset == fifth_row
+
+
 def test_counts_come_from_headers_without_reading_rows(tmp_path):
     data = make_npy_shards(str(tmp_path), [10, 20])
     with open(data.urls[1], "rb+") as stream:  # cut the data: the header still says 20 rows

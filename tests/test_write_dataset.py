@@ -118,6 +118,34 @@ def test_a_new_plan_with_fewer_shards_removes_the_earlier_plans_other_shards(tmp
     assert [sample["__key__"] for sample in globbed] == [f"{n:09d}" for n in range(50)]
 
 
+def test_a_new_plan_that_stops_midway_leaves_no_manifest_of_the_earlier_plan(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    write_dataset(INPUTS, functions.fails_from_thirty_while_marked, str(out / "s"), maxcount=5)  # 10 shards
+    marker = tmp_path / "fail"
+    marker.touch()
+    monkeypatch.setenv("WDSX_TEST_FAIL", str(marker))
+    with pytest.raises(WriteError):  # shard 0 (inputs 0-19) rewritten, shard 1 stops at input 30
+        write_dataset(
+            INPUTS, functions.fails_from_thirty_while_marked, str(out / "s"), maxcount=20, strict=True
+        )
+    assert not (out / "s.manifest.json").exists()
+    on_disk = []  # every sample of every shard there, old and new, as tarfile reads them
+    for shard in sorted(out.glob("s-*.tar")):
+        with tarfile.open(shard) as tar:
+            on_disk += sorted({member.name.partition(".")[0] for member in tar.getmembers()})
+    globbed = wdsx.WebDataset(str(out / "s-*.tar"), shardshuffle=False)
+    assert [sample["__key__"] for sample in globbed] == on_disk
+    marker.unlink()
+    report = write_dataset(
+        INPUTS, functions.fails_from_thirty_while_marked, str(out / "s"), maxcount=20, strict=True
+    )
+    assert report.removed == [str(out / f"s-{n:06d}.tar") for n in range(3, 10)]
+    write_dataset(
+        INPUTS, functions.fails_from_thirty_while_marked, str(tmp_path / "fresh" / "s"), maxcount=20, strict=True
+    )
+    assert files_of(out) == files_of(tmp_path / "fresh")  # the earlier manifest set aside is gone too
+
+
 def test_a_new_plan_removes_the_shards_of_an_earlier_run_that_never_finished(tmp_path):
     dest = str(tmp_path / "s")
     write_dataset(INPUTS, functions.caption_sample, dest, maxcount=5, rank=1, world_size=2)

@@ -16,7 +16,7 @@ import sys
 import warnings
 from collections.abc import Generator, Iterable, Iterator
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from wdsx.core import topology as distributed
 from wdsx.core.env import seed_from_environment, seed_number
@@ -219,7 +219,7 @@ class DataPipeline(FluidInterface):
         pipelines (torch ``IterableDataset`` subclasses)."""
         from torch.utils.data import ChainDataset
 
-        return ChainDataset([self, other])
+        return ChainDataset([cast(Any, self), other])
 
     def append(self, stage: Any) -> None:
         """Add a stage to this pipeline in place."""

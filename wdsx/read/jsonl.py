@@ -35,7 +35,7 @@ from wdsx.core.jsontext import parse_json
 from wdsx.core.limits import MAX_LINE, max_line_bytes
 from wdsx.core.streams import Prefixed
 from wdsx.read.formats import seekable, shard_stem, with_extra
-from wdsx.read.samples import POSITION, Cursor, StreamStopped
+from wdsx.read.samples import POSITION, Cursor, StreamStopped, beyond_count
 from wdsx.sources import Source, SourceOptions, open_source, scheme_of
 from wdsx.state.position import make_position
 
@@ -208,7 +208,7 @@ def read_piece(
     """The samples of a JSONL shard from ``cursor`` (byte offset and line index) up to line
     ``stop``, leaving the cursor at the next line. A cursor without an offset starts at its
     line index: found by a scan of a local plain shard, else by reading from the start.
-    ``count`` (from a manifest): a shard that ends with fewer lines is an error."""
+    ``count`` (from a manifest): a shard with fewer or more lines is an error."""
     first = cursor.ordinal
     if cursor.offset is None:
         cursor.offset = locate(url, first, settings.options)
@@ -231,6 +231,8 @@ def read_piece(
             cursor.done = True
             return
         for offset, line, ended in lines(read, cursor.offset, settings.options.chunk):
+            if count is not None and index >= count:
+                raise beyond_count(url, offset, count, "lines")
             cursor.offset, cursor.ordinal = offset + len(line) + ended, index + 1
             last = stop is not None and index + 1 >= stop
             cursor.done = last

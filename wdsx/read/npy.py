@@ -35,7 +35,7 @@ from wdsx.core.astlock import AST_LOCK
 from wdsx.core.errors import ShardError
 from wdsx.read.formats import format_of, shard_stem, with_extra
 from wdsx.read.rows import RowKeys, RowPositions, RowSource, join_columns
-from wdsx.read.samples import POSITION, Cursor
+from wdsx.read.samples import POSITION, Cursor, beyond_count
 from wdsx.read.tar import read_exact
 from wdsx.sources import LocalSource, Source, SourceOptions, local_path, open_source, rewrite_url
 from wdsx.state.position import Position, make_position
@@ -537,7 +537,7 @@ def read_piece(
 ) -> RowPiece:
     """The samples of a ``.npy`` shard from ``cursor``'s ordinal up to ``stop``, in the order
     of ``row_seed`` (None: the file's). The cursor's offset is not needed: the order says
-    which row each ordinal is. ``count`` (from a manifest): a shard with fewer rows is an error."""
+    which row each ordinal is. ``count`` (from a manifest): a shard with fewer or more rows is an error."""
     rows = Rows.open(
         url, settings.options, settings.expected_hash(url), prefetcher, settings.expected_size(url)
     )
@@ -548,6 +548,8 @@ def read_piece(
             f"the shard has {rows.count} rows, but its sample count (from its manifest or counts=) "
             f"is {count}",
         )
+    if count is not None and rows.count > count:
+        raise beyond_count(url, rows.header.data_offset + count * rows.header.row_bytes, count, "rows")
     if settings.add_local_path and rows.local_path is not None:
         extra = {**(extra or {}), "__local_path__": rows.local_path}
     return RowPiece(rows, row_order(rows.count, url, row_seed), cursor, stop, extra)

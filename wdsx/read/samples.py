@@ -98,6 +98,18 @@ class StreamStopped(Exception):
     stream: the handler has had its say, so the reading stage stops without asking again."""
 
 
+def beyond_count(url: str, offset: int, count: int, unit: str = "samples") -> ShardError:
+    """The error for a shard that holds more than its known sample count: a manifest written
+    before the shard was rewritten (or a wrong ``counts=``) would otherwise add samples that
+    the epoch's plan, and every other rank, does not expect."""
+    return ShardError(
+        url,
+        offset,
+        f"the shard holds more than {count} {unit}, its sample count (from its manifest or counts=): "
+        "the manifest no longer describes the shard (rewritten since?); `wdsx index` writes a new one",
+    )
+
+
 def group_members(
     members: Iterable[tuple[str, int, bytes]],
     url: str,

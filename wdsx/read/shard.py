@@ -22,7 +22,7 @@ from wdsx.core.compression import Decompressed, DecompressionError, named_compre
 from wdsx.core.errors import Handler, ShardError, reraise_exception
 from wdsx.core.streams import Prefixed
 from wdsx.read import formats, jsonl, npy
-from wdsx.read.samples import POSITION, Cursor, group_members, sample_starts
+from wdsx.read.samples import POSITION, Cursor, beyond_count, group_members, sample_starts
 from wdsx.read.tar import Member, iter_member_lists, read_exact, scan_headers
 from wdsx.read.tarheader import BLOCK, looks_like_header
 from wdsx.sources import LocalSource, Source, SourceOptions, open_source, scheme_of
@@ -202,7 +202,7 @@ def _read_tar(
     headers, other shards are read from the start and the samples before it skipped.
     ``prefetcher`` hands over the shard if it was opened ahead of time. ``count``, when known
     (a manifest, ``counts=``), is how many samples the shard holds: a shard that ends with
-    fewer is an error, not a silent loss.
+    fewer, or goes on past it, is an error, not a silent loss or a silent surplus.
     """
     offset, first = cursor.offset, cursor.ordinal
     if offset is None:
@@ -239,6 +239,8 @@ def _read_tar(
             extra=extra,
             handler=settings.handler,
         )
+        if count is not None:
+            samples = _within_count(samples, url, count)
         if offset is None or pad:
             for sample in samples:
                 if offset is None and sample[POSITION].ordinal < first:
@@ -259,6 +261,15 @@ def _read_tar(
             )
     finally:
         stream.close()
+
+
+def _within_count(samples: Iterator[dict[str, Any]], url: str, count: int) -> Iterator[dict[str, Any]]:
+    """``samples``, refusing one whose ordinal is past the shard's known ``count``."""
+    for sample in samples:
+        position = sample[POSITION]
+        if position.ordinal >= count:
+            raise beyond_count(url, position.offset, count)
+        yield sample
 
 
 def _watched(

@@ -26,7 +26,12 @@ from wdsx.write.engines import run_jobs
 from wdsx.write.jobs import JobRunner, SampleFunction, WriteError
 from wdsx.write.plan import WritePlan, plan_writes
 from wdsx.write.records import Records
-from wdsx.write.stale import earlier_shards, remove_earlier_shards
+from wdsx.write.stale import (
+    earlier_shards,
+    forget_earlier_manifest,
+    remove_earlier_shards,
+    set_aside_earlier_manifest,
+)
 
 __all__ = ["WriteReport", "execute", "function_identity", "write_dataset"]
 
@@ -111,6 +116,7 @@ def execute(
     urls = [job.url for job in plan.jobs]
     records = Records(urls, plan.manifest_url, plan.plan_id, runner.options)
     earlier = earlier_shards(urls, plan.manifest_url, plan.plan_id, runner.options)
+    set_aside_earlier_manifest(plan.manifest_url, plan.plan_id, runner.options)
     report = WriteReport(shards=len(plan.jobs), rank=rank)
     complete, jobs = [], []
     for job in plan.jobs[rank::world_size]:
@@ -143,6 +149,7 @@ def execute(
     if records.finish(plan.extra, plan.complete_extra):
         report.manifest_url = records.manifest_url
         report.removed, report.left = remove_earlier_shards(earlier)
+        forget_earlier_manifest(plan.manifest_url)
     report.seconds = time.perf_counter() - started
     return report
 

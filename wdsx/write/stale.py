@@ -24,7 +24,7 @@ from wdsx.read.manifest import Manifest, natural_key
 from wdsx.sources import SourceOptions, local_path
 from wdsx.write.records import SECTION, read_record, record_url
 
-__all__ = ["earlier_shards", "remove_earlier_shards"]
+__all__ = ["earlier_shards", "forget_earlier_manifest", "remove_earlier_shards", "set_aside_earlier_manifest"]
 
 log = logging.getLogger("wdsx")
 
@@ -38,12 +38,45 @@ def earlier_shards(
     this plan's manifest replaces the earlier one."""
     directory = posixpath.dirname(manifest_url)
     names: set[str] = set()
-    manifest = Manifest.load(manifest_url, options)
-    if manifest is not None and manifest.extra.get(SECTION, {}).get("fingerprint") != plan_id:
-        names.update(entry.name for entry in manifest.shards)
+    for url in (manifest_url, set_aside_url(manifest_url)):
+        manifest = Manifest.load(url, options)
+        if manifest is not None and manifest.extra.get(SECTION, {}).get("fingerprint") != plan_id:
+            names.update(entry.name for entry in manifest.shards)
     names.update(_recorded_elsewhere(directory, plan_id))
     names -= {posixpath.basename(url) for url in urls}
     return [posixpath.join(directory, name) for name in sorted(names, key=natural_key)]
+
+
+def set_aside_url(manifest_url: str) -> str:
+    """Where an earlier plan's manifest waits while a new plan writes (a hidden name, which
+    readers never look for)."""
+    directory, name = posixpath.split(manifest_url)
+    return posixpath.join(directory, f".{name}.earlier")
+
+
+def set_aside_earlier_manifest(manifest_url: str, plan_id: str, options: SourceOptions | None) -> None:
+    """Before this plan writes any shard: move a local manifest of another plan to
+    :func:`set_aside_url`. This plan rewrites shards that manifest may list, and a run killed
+    midway must not leave readers a manifest whose counts no longer match the files (they
+    would read the rewritten shards' samples by the old counts); :func:`earlier_shards` still
+    reads it there. A remote one stays (readers refuse a shard with more samples than it says)."""
+    path, aside = local_path(manifest_url), local_path(set_aside_url(manifest_url))
+    if path is None or aside is None:
+        return
+    manifest = Manifest.load(manifest_url, options)
+    if manifest is None or manifest.extra.get(SECTION, {}).get("fingerprint") == plan_id:
+        return
+    try:
+        os.replace(path, aside)
+    except FileNotFoundError:  # another rank set it aside first
+        return
+    log.info("moved %s, an earlier plan's manifest, aside until this plan writes its own", path)
+
+
+def forget_earlier_manifest(manifest_url: str) -> None:
+    """Once this plan's manifest is in place and the earlier plan's shards are gone: remove
+    the earlier manifest set aside."""
+    _unlink(local_path(set_aside_url(manifest_url)))
 
 
 def _recorded_elsewhere(directory: str, plan_id: str) -> list[str]:

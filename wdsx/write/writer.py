@@ -33,7 +33,7 @@ from typing import Any, BinaryIO, ClassVar, Protocol, TypeVar
 from wdsx.codecs.encode import FieldEncoder, make_encoder
 from wdsx.core.errors import EncodingError
 from wdsx.read.manifest import Manifest, ShardEntry, manifest_url_for_pattern
-from wdsx.sources import Sink, SourceOptions
+from wdsx.sources import Sink, SourceOptions, local_path
 from wdsx.write.names import NameChecker
 from wdsx.write.partial import open_shard_sink, write_whole
 from wdsx.write.tarformat import HeaderMaker, end_of_archive, padding
@@ -472,6 +472,8 @@ class ShardWriter(_AllOrNothing):
             self._close_stream()
             self.shard -= 1
             return
+        if not self.shards:
+            self._retire_earlier_manifest()
         writer.close()
         self._close_stream()
         assert self.fname is not None
@@ -495,6 +497,21 @@ class ShardWriter(_AllOrNothing):
         except BaseException:
             self.abort()
             raise
+
+    def _retire_earlier_manifest(self) -> None:
+        """Remove the manifest an earlier run left where this one writes its own, before this
+        run's first shard replaces one it may list: should this run fail, readers then find no
+        manifest rather than one that no longer describes the shards (they would trust its
+        counts). A remote one cannot be removed here; readers refuse a shard that holds more
+        samples than it says."""
+        path = local_path(self.manifest_url) if self.manifest_url is not None else None
+        if path is None:
+            return
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return
+        log.info("removed %s, an earlier run's manifest: this run writes its own when it completes", path)
 
     def _write_manifest(self, data: bytes) -> None:
         assert self.manifest_url is not None
