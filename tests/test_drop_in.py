@@ -1178,7 +1178,8 @@ case(
     import webdataset as wds
 
     first = wds.WebDataset(DATA["urls"][0], shardshuffle=False).to_tuple("__key__")
-    second = wds.DataPipeline(wds.SimpleShardList(DATA["many"]), wds.tarfile_to_samples(), wds.to_tuple("cls"))
+    shards = wds.SimpleShardList(DATA["many"])
+    second = wds.DataPipeline(shards, wds.tarfile_to_samples(), wds.to_tuple("cls"))
     result = [item[0] for item in first + second]
     """,
 )

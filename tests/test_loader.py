@@ -3,6 +3,7 @@ number of workers (every remaining sample of the epoch read exactly once)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections import Counter
@@ -11,6 +12,7 @@ import pytest
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 import wdsx
+from tests.fixtures.shards import make_shards
 
 
 def dataset(urls, bufsize=10, batch=4, shardshuffle=True):
@@ -116,8 +118,6 @@ def test_two_loaders_in_one_process_keep_their_own_state(uneven_shards):
 
 @pytest.mark.parametrize("workers", [0, 1])
 def test_read_errors_keep_their_type_through_workers(tmp_path, workers):
-    from tests.fixtures.shards import make_shards
-
     data = make_shards(str(tmp_path), [10])
     with open(data.urls[0], "r+b") as stream:
         stream.truncate(4 * 1024 + 600)
@@ -145,8 +145,6 @@ def test_decoding_errors_keep_their_type_through_workers(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", [0, 2])
 def test_checkpoint_at_a_short_last_batch_with_dataloader_batching(tmp_path, workers):
-    from tests.fixtures.shards import make_shards
-
     data = make_shards(str(tmp_path), [10, 10, 10, 10])
 
     def loader():
@@ -197,8 +195,6 @@ def test_dataset_with_epoch_continues_across_loader_epochs_and_checkpoints(uneve
 
 @pytest.mark.slow  # several loaders over scanned shards
 def test_elastic_resume_of_a_run_that_counted_by_scanning(tmp_path, monkeypatch):
-    from tests.fixtures.shards import make_shards
-
     data = make_shards(str(tmp_path), [13, 4, 9, 17, 6])
 
     def loader():
@@ -374,8 +370,6 @@ def test_a_ranks_own_state_on_other_workers_is_refused_and_a_gathered_one_re_dea
     """Re-dealing one rank's rest alone could leave the ranks with different numbers of
     batches (a hang under DDP): that needs the gathered state, which every rank re-deals
     alike, reading every sample once and giving each rank the same number of batches."""
-    from tests.fixtures.shards import make_shards
-
     data = make_shards(str(tmp_path), [3, 5, 2, 7, 4, 6, 1, 3, 5, 2])
 
     def loader(workers):
@@ -409,3 +403,27 @@ def test_a_ranks_own_state_on_other_workers_is_refused_and_a_gathered_one_re_dea
     assert counts[0] == counts[1]
     assert set(seen) == set(data.keys)
     assert len(seen) - len(data.keys) <= 2 * 2  # the pad policy repeats at most a batch per rank
+
+
+@pytest.mark.parametrize(("before", "after", "cut"), [(2, 3, 26), (2, 1, 26), (1, 2, 25)])
+def test_a_re_deal_in_a_later_pass_of_repeat_reads_the_rest_once(tmp_path, before, after, cut):
+    """A checkpoint taken in repeat(2)'s second pass, resumed on another number of workers:
+    the rest of that pass, then nothing more, as the uninterrupted run (each sample twice)."""
+    shards = make_shards(str(tmp_path), [13, 7, 20, 1, 9])
+
+    def loader(workers: int) -> wdsx.WebLoader:
+        dataset = wdsx.WebDataset(shards.urls, shardshuffle=True).shuffle(5).to_tuple("__key__")
+        return wdsx.WebLoader(
+            dataset.batched(3).repeat(2), batch_size=None, num_workers=workers, worker_type="thread"
+        )
+
+    uninterrupted = Counter(key for (keys,) in loader(2) for key in keys)
+    first = loader(before)
+    batches = iter(first)
+    delivered = [key for (keys,) in itertools.islice(batches, cut) for key in keys]
+    state = json.loads(json.dumps(first.state_dict()))
+    del batches
+    resumed = loader(after)
+    resumed.load_state_dict(state)
+    delivered += [key for (keys,) in resumed for key in keys]
+    assert Counter(delivered) == uninterrupted

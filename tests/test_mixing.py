@@ -276,3 +276,35 @@ def test_samples_re_read_into_a_buffer_after_the_mixer_say_their_epoch_is_unknow
     assert 0 < len(unknown) <= 20 < len(rest)  # only what the shuffle buffer held
     with pytest.raises(ValueError, match="epoch cannot be known"):
         wdsx.sample_rng(unknown[0])
+
+
+def test_a_mix_inside_a_mix_re_dealt_after_a_reader_finished_it_reads_the_rest_once(tmp_path):
+    """A reader whose inner mixture is exhausted hands over nothing of it on a re-deal; the
+    oracle is the uninterrupted run's samples, each once."""
+    x, y, z = (
+        make_shards(str(tmp_path / name), sizes)
+        for name, sizes in (("x", [10] * 4), ("y", [6, 6]), ("z", [20] * 3))
+    )
+
+    def source(shards) -> wdsx.WebDataset:
+        return wdsx.WebDataset(shards.urls, shardshuffle=True).to_tuple("__url__", "__key__")
+
+    def loader(workers: int) -> wdsx.WebLoader:
+        inner = wdsx.Mix([source(x), source(y)], weights=[1, 1])
+        outer = wdsx.Mix([inner, source(z)], weights=[1, 2])
+        return wdsx.WebLoader(outer.batched(4), batch_size=None, num_workers=workers, worker_type="thread")
+
+    def samples(batches) -> list[str]:
+        return [f"{url}|{key}" for urls, keys in batches for url, key in zip(urls, keys)]
+
+    uninterrupted = samples(loader(2))
+    assert Counter(uninterrupted) == every_key([x, y, z])
+    for cut, workers in ((24, 3), (27, 1), (len(uninterrupted) // 4, 3)):
+        first = loader(2)
+        batches = iter(first)
+        delivered = samples(itertools.islice(batches, cut))
+        state = json.loads(json.dumps(first.state_dict()))
+        del batches
+        resumed = loader(workers)
+        resumed.load_state_dict(state)
+        assert Counter(delivered + samples(resumed)) == every_key([x, y, z])

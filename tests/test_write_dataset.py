@@ -141,7 +141,11 @@ def test_a_new_plan_that_stops_midway_leaves_no_manifest_of_the_earlier_plan(tmp
     )
     assert report.removed == [str(out / f"s-{n:06d}.tar") for n in range(3, 10)]
     write_dataset(
-        INPUTS, functions.fails_from_thirty_while_marked, str(tmp_path / "fresh" / "s"), maxcount=20, strict=True
+        INPUTS,
+        functions.fails_from_thirty_while_marked,
+        str(tmp_path / "fresh" / "s"),
+        maxcount=20,
+        strict=True,
     )
     assert files_of(out) == files_of(tmp_path / "fresh")  # the earlier manifest set aside is gone too
 

@@ -378,6 +378,7 @@ class MixSource(Stage):
                     first.epoch,
                     {key: mix.to_json(table), **carried},
                     table.urls,
+                    passes=first.passes,
                 )
             )
         return fresh
@@ -387,9 +388,13 @@ class MixSource(Stage):
         state: PipelineState, mix: MixState | None, k: int, source: DataPipeline
     ) -> PipelineState:
         """Source ``k``'s state in an old reader: as saved, finished once the mixer found it
-        exhausted, or its epoch's start when it had not begun."""
+        exhausted (or the reader's whole share was: a mix that is itself a source of another
+        mix), or its epoch's start when it had not begun."""
         epoch = mix.epochs[k] if mix is not None else state.epoch
         blank = PipelineState(source.fingerprint(), source.seed, state.consumer, state.consumers, epoch)
+        if state.finished:
+            blank.finished = True
+            return blank
         if mix is None:
             return blank
         if not mix.active[k]:

@@ -123,6 +123,7 @@ def redeal(
                 first.epoch,
                 {key: progress, **carried},
                 table.urls,
+                passes=first.passes,
             )
         )
     return fresh
