@@ -253,6 +253,28 @@ def test_truncated_tgz_through_a_pipe_behaves_as_in_webdataset(tmp_path):
     assert ours == theirs and len(ours) > 5
 
 
+def test_pax_headers_of_many_tiny_records_cost_their_bytes(tmp_path):
+    """Records wdsx does not use are checked and dropped, not kept: two consecutive pax
+    headers of 1 MB of tiny distinct records each, then a member, read in a few MB."""
+    headers = b""
+    for first in (0, 1 << 20):
+        records = b"".join(tarbytes.pax_record(b"k%x" % key, b"") for key in range(first, first + 100_000))
+        headers += tarbytes.extended(b"x", records)
+    path = tmp_path / "records.tar"
+    path.write_bytes(headers + tarbytes.member(b"a.txt", b"abc") + tarbytes.ZERO * 2)
+    tracemalloc.start()  # memory only: tracing every small allocation costs CPU ten times over
+    try:
+        samples = read_all(str(path))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * len(headers), f"took {peak / 1e6:.1f} MB for {len(headers) / 1e6:.1f} MB of headers"
+    assert [(sample["__key__"], sample["txt"]) for sample in samples] == [("a", b"abc")]
+    assert [(s["__key__"], s["txt"]) for s in webdataset.WebDataset(str(path), shardshuffle=False)] == [
+        ("a", b"abc")
+    ]
+
+
 def test_fewer_samples_than_the_manifest_says_is_an_error(tmp_path):
     path = tmp_path / "shard-000000.tar"
     path.write_bytes(bytes(archive(members(10))))

@@ -82,9 +82,15 @@ def looks_like_header(block: bytes) -> bool:
         return False
 
 
-def _parse_pax(data: bytes, url: str, offset: int) -> dict[str, str]:
-    """Parse pax extended-header records, ``"<len> <key>=<value>\\n"``, strictly: every record
-    well framed, nothing but NUL padding after the last."""
+_USED = frozenset({"path", "size", "hdrcharset"})
+"""The pax records that decide how a member is read; the others are checked, then dropped."""
+
+
+def pax_records(data: bytes, url: str, offset: int, kind: int) -> dict[str, str]:
+    """The records of a local or global pax header that decide members' names and sizes,
+    parsed strictly: every ``"<len> <key>=<value>\\n"`` record well framed, nothing but NUL
+    padding after the last. Only :data:`_USED` records are kept, so a header of a million
+    tiny records costs the header's bytes, not a dict of a million entries."""
     records: dict[str, str] = {}
     pos = 0
     while pos < len(data) and data[pos] != 0:
@@ -96,24 +102,19 @@ def _parse_pax(data: bytes, url: str, offset: int) -> dict[str, str]:
         end = pos + length
         if length < 5 or end > len(data) or data[end - 1] != 0x0A:
             raise ShardError(url, offset, "malformed pax header (a record's length does not frame it)")
-        key, sep, value = data[space + 1 : end - 1].partition(b"=")
-        if not sep or not key:
+        key_bytes, sep, value = data[space + 1 : end - 1].partition(b"=")
+        if not sep or not key_bytes:
             raise ShardError(url, offset, "malformed pax header (a record without 'key=')")
-        records[key.decode("utf-8", "surrogateescape")] = value.decode("utf-8", "surrogateescape")
-        pos = end
-    if data[pos:].strip(b"\0"):
-        raise ShardError(url, offset, "malformed pax header (data after its last record)")
-    return records
-
-
-def pax_records(data: bytes, url: str, offset: int, kind: int) -> dict[str, str]:
-    """The records of a local or global pax header that decide members' names and sizes."""
-    records = _parse_pax(data, url, offset)
-    for key in records:
+        key = key_bytes.decode("utf-8", "surrogateescape")
         if key.startswith("GNU.sparse."):
             raise ShardError(url, offset, "GNU sparse members are not supported")
         if kind == PAX_GLOBAL and key.startswith(_GLOBAL_REFUSED):
             raise ShardError(url, offset, f"global pax header sets {key!r} for every member (not supported)")
+        if key in _USED:
+            records[key] = value.decode("utf-8", "surrogateescape")
+        pos = end
+    if data[pos:].strip(b"\0"):
+        raise ShardError(url, offset, "malformed pax header (data after its last record)")
     if records.get("hdrcharset", _CHARSETS[0]) not in _CHARSETS:
         raise ShardError(url, offset, f"unknown pax hdrcharset {records['hdrcharset'][:40]!r}")
     if "path" in records:
