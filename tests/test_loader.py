@@ -427,3 +427,37 @@ def test_a_re_deal_in_a_later_pass_of_repeat_reads_the_rest_once(tmp_path, befor
     resumed.load_state_dict(state)
     delivered += [key for (keys,) in resumed for key in keys]
     assert Counter(delivered) == uninterrupted
+
+
+@pytest.mark.parametrize("taken", [(0, 0), (3, 0)])
+def test_a_gathered_state_of_ranks_that_had_received_nothing_is_re_dealt(tmp_path, monkeypatch, taken):
+    """Ranks checkpointed before their first batch, re-dealt to one rank of three workers. All
+    of them: the epoch starts afresh there, as a fresh run on that topology reads it. One of
+    two: the rest of the old epoch, as the uninterrupted two-rank run reads it (padding
+    included), each sample exactly as often."""
+    data = make_shards(str(tmp_path), [13, 7, 20, 1, 9, 11])
+
+    def loader(workers: int) -> wdsx.WebLoader:
+        dataset = wdsx.WebDataset(data.urls, shardshuffle=True).to_tuple("__key__").batched(3)
+        return wdsx.WebLoader(dataset, batch_size=None, num_workers=workers, worker_type="thread")
+
+    def keys(batches) -> list[str]:
+        return [key for (keys,) in batches for key in keys]
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    seen, states, two_ranks = [], [], []
+    for rank, batches_taken in enumerate(taken):
+        monkeypatch.setenv("RANK", str(rank))
+        two_ranks += keys(loader(2))
+        first = loader(2)
+        batches = iter(first)
+        seen += keys(itertools.islice(batches, batches_taken))
+        states.append(json.loads(json.dumps(first.state_dict())))
+        del batches
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("RANK", "0")
+    one_rank = keys(loader(3))
+    resumed = loader(3)
+    resumed.load_state_dict({"format": "wdsx-global-state", "version": 1, "ranks": states})
+    seen += keys(resumed)
+    assert Counter(seen) == Counter(one_rank if sum(taken) == 0 else two_ranks)

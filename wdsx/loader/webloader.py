@@ -24,7 +24,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from wdsx.core import topology as distributed
@@ -743,15 +743,24 @@ class WebLoader(DataPipeline):
         dataset = self.dataset
         if not isinstance(dataset, DataPipeline):
             raise StateError("elastic resume needs a wdsx dataset")
-        progresses = [self._progress(rank_state) for rank_state in rank_states]
-        old_world = next((p.world for p in progresses if p is not None), 1)
+        saved = [self._progress(rank_state) for rank_state in rank_states]
+        started = next((p for p in saved if p is not None), None)
+        if started is None and len({rank_state.epoch for rank_state in rank_states}) == 1:
+            # taken before any batch of the epoch: the new topology starts it as a fresh run does
+            return replace(rank_states[0], consumer=rank, consumers=world, stages={}, urls=[])
+        if started is None:
+            raise StateError("the ranks' checkpoints are in different epochs and none has begun its own")
+        # a rank that had received nothing yet: all its readers' shares are unread
+        progresses = [
+            LoaderProgress.fresh(started.workers, old_rank, started.world) if p is None else p
+            for old_rank, p in enumerate(saved)
+        ]
+        old_world = started.world
         # the old plans were made with the counts the dataset finds for the old topology
         dataset.prepare(distributed.Topology(0, old_world, 0, 1), dataset.nsamples > 0)
         readers: list[PipelineState] = []
         main_leftovers: list[Position] = []
         for rank_state, progress in zip(rank_states, progresses):
-            if progress is None:
-                raise StateError("a rank's loader state has no loader progress to re-deal")
             for slot, reader_state in enumerate(progress.states):
                 consumer = progress.consumers[slot]
                 if reader_state is None:
