@@ -7,9 +7,12 @@ import logging
 import os
 import shlex
 import signal
+import threading
 
 import pytest
+import webdataset
 
+import wdsx
 from tests.fixtures.servers import random_bytes, read_all
 from wdsx.errors import SourceError
 from wdsx.sources import SourceOptions, open_sink, open_source
@@ -183,3 +186,32 @@ def test_command_that_is_not_writing_is_signalled_and_reaped(shard, command, sta
     assert_gone(pid)
     assert source._process.returncode == status
     assert not still_open(mine)
+
+
+def test_a_fifo_shard_is_read_as_its_writer_sends_it(tmp_path):
+    """A named pipe given as a local shard: read as a stream, the bytes its writer sends."""
+    shard = tmp_path / "written.tar"
+    with webdataset.TarWriter(str(shard)) as writer:
+        for i in range(3):
+            writer.write({"__key__": f"s{i}", "txt": f"text {i}"})
+    fifo = tmp_path / "fifo.tar"
+    os.mkfifo(fifo)
+
+    def send() -> None:
+        with open(fifo, "wb") as stream:  # blocks until the reader opens it
+            stream.write(shard.read_bytes())
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    samples = [(s["__key__"], s["txt"]) for s in wdsx.WebDataset(str(fifo), shardshuffle=False)]
+    sender.join()
+    expected = [(s["__key__"], s["txt"]) for s in webdataset.WebDataset(str(shard), shardshuffle=False)]
+    assert samples == expected
+
+
+def test_a_fifo_shard_whose_writer_never_comes_stalls_instead_of_hanging(tmp_path):
+    fifo = tmp_path / "fifo.tar"
+    os.mkfifo(fifo)
+    with pytest.raises(SourceError, match=r"fifo\.tar: reading at byte 0: stalled"):
+        with open_source(str(fifo), options=SourceOptions(stall_timeout=0.3)) as source:
+            source.read(512)

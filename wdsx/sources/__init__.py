@@ -22,6 +22,7 @@ from wdsx.core.extras import install_hint
 from wdsx.sources.base import Sink, Source, SourceOptions
 from wdsx.sources.listing import Lister, list_local, list_shards, missing_local_shards, names_several
 from wdsx.sources.local import LocalSink, LocalSource, local_path
+from wdsx.sources.stream import DeviceSource, is_stream_device
 
 Opener = Callable[[str, int, SourceOptions], Source]
 SinkOpener = Callable[[str, SourceOptions], Sink]
@@ -170,7 +171,10 @@ def _open(
     url = rewrite_url(url)
     scheme = scheme_of(url)
     if scheme == "file":
-        return LocalSource(url, local_path(url) or url, offset)
+        path = local_path(url) or url
+        if is_stream_device(path):
+            return DeviceSource(url, path, offset, options)
+        return LocalSource(url, path, offset)
     opener = _handler(_OPENERS, scheme)
     if opener is None:
         hint = install_hint("fsspec", "fsspec")

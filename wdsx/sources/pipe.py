@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-import select
 import signal
 import subprocess
 import time
@@ -26,8 +25,8 @@ from typing import IO
 
 from wdsx.core.env import secure_mode
 from wdsx.core.errors import RefusedError, SourceError
-from wdsx.sources.base import Sink, Source, SourceOptions
-from wdsx.sources.stall import StallWatch
+from wdsx.sources.base import Sink, SourceOptions
+from wdsx.sources.stream import PolledStream
 
 SECURE_MODE_REFUSAL = "gopen_pipe: unsafe_gopen is False, cannot open pipe URLs (secure mode, WDS_SECURE=1)"
 """Why secure mode refuses a ``pipe:`` URL, in webdataset's words first (code matches them)."""
@@ -155,75 +154,22 @@ def _check_status(url: str, process: subprocess.Popen, status: int) -> None:
         raise SourceError(url, f"command {process.args!r} exited with status {status}")
 
 
-class PipeSource(Source):
+class PipeSource(PolledStream):
     """The standard output of ``pipe:CMD``; starting at an offset reads and discards up to it.
 
     The output is read unbuffered, each read taking what the pipe holds once it holds anything,
     so that the time the command keeps it waiting can be measured."""
 
-    seekable = False
-
     def __init__(self, url: str, offset: int = 0, options: SourceOptions | None = None):
         options = options or SourceOptions()
-        self.url = url
         self.local_path = None
-        self._options = options
         self._process = _start(url, options, stdout=subprocess.PIPE, bufsize=0)
         assert self._process.stdout is not None
-        self._stdout: IO[bytes] = self._process.stdout
-        self._position = 0
-        self._watch = StallWatch(options)
-        self._poll = select.poll()
-        self._poll.register(self._stdout, select.POLLIN)
-        self._ended = False
-        self._closed = False
-        if offset:
-            log.info(
-                "%s: a pipe cannot seek; reading and discarding %d bytes to reach the offset", url, offset
-            )
-            try:
-                self._discard(offset)
-            except BaseException:
-                self.close()
-                raise
-
-    def _discard(self, offset: int) -> None:
-        left = offset
-        while left > 0:
-            part = self.read(min(left, self._options.chunk))
-            if not part:
-                raise SourceError(self.url, f"stream ended at byte {offset - left}, before offset {offset}")
-            left -= len(part)
-
-    def read(self, n: int) -> bytes:
-        if self._closed:
-            raise ValueError(f"{self.url}: read from a closed source")
-        if self._ended:
-            return b""
-        data = self._receive(n)
-        if not data and n > 0:
-            self._ended = True
-            self._finish()
-        self._position += len(data)
-        return data
-
-    def _receive(self, n: int) -> bytes:
-        """Up to ``n`` bytes once the pipe holds some (or has ended); an error when the command
-        keeps the read waiting past the stall window."""
-        while True:
-            stalled = self._watch.stalled()
-            if stalled is not None:
-                raise SourceError(self.url, f"reading at byte {self._position}: {stalled}")
-            started = time.monotonic()
-            ready = self._poll.poll(1000 * self._watch.remaining() + 1)
-            data = self._stdout.read(n) if ready else None
-            self._watch.record(time.monotonic() - started, len(data or b""))
-            if data is not None:
-                return data
+        self._start(url, self._process.stdout, offset, options)
 
     def _finish(self) -> None:
         """At the end of the stream: wait for the command and check how it exited."""
-        self._stdout.close()
+        self._stream.close()
         try:
             status = self._process.wait(timeout=self._options.timeout)
         except subprocess.TimeoutExpired as exn:
@@ -236,7 +182,7 @@ class PipeSource(Source):
     def close(self) -> None:
         if not self._closed:
             self._closed = self._ended = True
-            _close_quietly(self._stdout)
+            _close_quietly(self._stream)
             _reap(self._process)
 
     def __del__(self) -> None:
