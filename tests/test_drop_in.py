@@ -1184,6 +1184,29 @@ case(
     """,
 )
 case(
+    "tarwriter-tarstream-reached-into",
+    """
+    import io
+    import os
+    import tarfile
+
+    import webdataset as wds
+
+    path = os.path.join(DATA["out"], "reached.tar")
+    with wds.TarWriter(path) as sink:
+        for i in range(3):
+            sink.write({"__key__": f"k{i}", "txt": f"text {i}"})
+            sink.tarstream.members = []  # what code does to keep tarfile's member list small
+        payload = b'{"added": true}'
+        info = tarfile.TarInfo("k2.extra.json")
+        info.size = len(payload)
+        sink.tarstream.addfile(info, io.BytesIO(payload))
+    result = [
+        (s["__key__"], s["txt"], s.get("extra.json")) for s in wds.WebDataset(path, shardshuffle=False)
+    ]
+    """,
+)
+case(
     "truncated-tgz-ignore-and-stop",
     """
     import webdataset as wds

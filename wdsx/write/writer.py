@@ -21,11 +21,13 @@ order, ``_`` fields only with ``keep_meta``), with these differences on purpose:
 from __future__ import annotations
 
 import bz2
+import functools
 import hashlib
 import logging
 import lzma
 import os
 import posixpath
+import tarfile
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, BinaryIO, ClassVar, Protocol, TypeVar
@@ -236,6 +238,37 @@ class _FileWriter(_AllOrNothing):
             self._sink.abort()
 
 
+class TarStream:
+    """What webdataset's ``TarWriter.tarstream`` (a ``tarfile.TarFile``) offers code that
+    reaches into it: :meth:`addfile` writes a member into the writer's file, ``members`` is
+    the list in which tarfile keeps them (wdsx keeps none, so code that empties it to bound
+    memory finds it empty), and :meth:`close` ends the file as the writer's ``close`` does."""
+
+    def __init__(self, writer: TarWriter):
+        self._writer = writer
+        self.members: list[tarfile.TarInfo] = []
+
+    def addfile(self, tarinfo: tarfile.TarInfo, fileobj: BinaryIO | None = None) -> None:
+        """Write the member ``tarinfo`` describes (pax headers where ustar cannot say it), its
+        ``tarinfo.size`` bytes read from ``fileobj``."""
+        data = b""
+        if tarinfo.size:
+            if fileobj is None:
+                raise ValueError(
+                    f"addfile({tarinfo.name!r}): a member of {tarinfo.size} bytes needs a fileobj"
+                )
+            data = fileobj.read(tarinfo.size)
+            if len(data) != tarinfo.size:
+                raise ValueError(
+                    f"addfile({tarinfo.name!r}): fileobj gave {len(data)} of {tarinfo.size} bytes"
+                )
+        header = tarinfo.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+        self._writer.add_member(header, data)
+
+    def close(self) -> None:
+        self._writer.close()
+
+
 class TarWriter(_FileWriter):
     """Write samples (dicts with a ``__key__``) as members of one tar file.
 
@@ -304,6 +337,18 @@ class TarWriter(_FileWriter):
         self._put(chunks)
         self.count += 1
         return total
+
+    @functools.cached_property
+    def tarstream(self) -> TarStream:
+        """webdataset's ``tarstream`` attribute, for code written to reach into it
+        (:class:`TarStream`)."""
+        return TarStream(self)
+
+    def add_member(self, header: bytes, data: bytes) -> None:
+        """Write one member, ``header`` (complete tar header blocks) then ``data``, as is."""
+        if self.closed:
+            raise ValueError("write to a closed TarWriter")
+        self._put([header, data, padding(len(data))])
 
     def _trailer(self) -> bytes:
         return end_of_archive(self._out.tar_bytes)
