@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
+import time
 
 import pytest
 
@@ -89,3 +91,54 @@ def test_a_server_that_sends_a_range_in_short_replies_gives_every_byte(capped_se
     options = SourceOptions(backoff=30.0)  # asking for the rest of a range must not wait
     with open_source(capped_server.url(name), offset, options, end=end) as source:
         assert read_all(source) == DATA[offset:end]
+
+
+class _UnsizedCutHandler(_RangeHandler):
+    """Answers a range with ``Content-Range: bytes A-B/*`` (the size left unsaid, as the
+    standard allows) and, the first time, closes the connection after ``CAP`` bytes of it."""
+
+    cut = 0
+
+    def serve_file(self, path: str, body: bool) -> None:
+        wanted = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range", ""))
+        if not wanted:
+            super().serve_file(path, body)
+            return
+        start, size = int(wanted.group(1)), os.stat(path).st_size
+        headers = {"Content-Length": str(size - start), "Content-Range": f"bytes {start}-{size - 1}/*"}
+        self._reply(206, headers, None)
+        first = type(self).cut == 0
+        type(self).cut += 1
+        self._send_file(path, start, start + CAP if first else size)
+        if first:
+            self.close_connection = True
+
+
+class _SlowHeadHandler(_RangeHandler):
+    """The first time, sends the status line and then waits a second before the headers."""
+
+    stalled = 0
+
+    def serve_file(self, path: str, body: bool) -> None:
+        if type(self).stalled == 0:
+            type(self).stalled += 1
+            self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+            self.wfile.flush()
+            time.sleep(1.0)  # the server misbehaving, not a timing assertion
+            self.close_connection = True
+            return
+        super().serve_file(path, body)
+
+
+@pytest.mark.parametrize(("handler", "offset"), [(_UnsizedCutHandler, 1), (_SlowHeadHandler, 0)])
+def test_a_reply_cut_short_or_stalled_in_its_head_is_read_again(http_server, name, handler, offset):
+    """A 206 that does not state the size still says how long it is: a connection closed
+    before then is resumed, not taken for the end; a head that stalls past the timeout is
+    asked for again, not taken for an empty reply."""
+    server = RangeHTTPServer(http_server.root, handler=handler).start()
+    try:
+        options = SourceOptions(timeout=0.5, backoff=0.001)
+        with open_source(server.url(name), offset, options) as source:
+            assert read_all(source) == DATA[offset:]
+    finally:
+        server.stop()

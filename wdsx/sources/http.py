@@ -215,19 +215,25 @@ def _size(url: str, target: Target, options: SourceOptions, read_error: ErrorRea
 
 
 def _extent(url: str, reply: http.client.HTTPResponse, start: int) -> tuple[int, int | None]:
-    """The offset of the reply's first byte and the resource's size (when it says), from its
-    ``Content-Range`` (a 206; one left out means the range asked for) or ``Content-Length``."""
+    """The offset of the reply's first byte and where its bytes end (when it says): from its
+    ``Content-Range`` (a 206; one left out means the range asked for) or ``Content-Length``.
+    A 206 that does not give the resource's size (``bytes A-B/*``, or no ``Content-Range``)
+    still says how long it is, so that a connection dropped before then is not taken for
+    the end of the resource."""
     content_length = byte_count(url, reply.headers, "Content-Length")
     if reply.status != 206:
         return 0, content_length
     value = reply.headers.get("Content-Range")
     if value is None:
-        return start, None
+        return start, None if content_length is None else start + content_length
     extent = content_range(value)
     if extent is None:
         raise SourceError(
             url, f"malformed Content-Range header {_shown(value)} in a reply to a GET from byte {start}"
         )
+    first, total = extent
+    if total is None and content_length is not None:
+        return first, first + content_length
     return extent
 
 

@@ -56,16 +56,21 @@ class _HeadDeadline:
         timer = threading.Timer(deadline, self._expire, args=(expired,))
         timer.daemon = True
         timer.start()
+        late = f"the reply's status line and headers took more than {deadline:g} s"
         try:
-            return super().getresponse()  # type: ignore[misc]
+            reply = super().getresponse()  # type: ignore[misc]
         except (OSError, http.client.HTTPException):
             if expired.is_set():
-                raise TimeoutError(
-                    f"the reply's status line and headers took more than {deadline:g} s"
-                ) from None
+                raise TimeoutError(late) from None
             raise
         finally:
             timer.cancel()
+        if expired.is_set():
+            # The socket was shut down while the head was read: http.client takes the end of
+            # the stream for the end of the headers, and the reply it made is not the server's.
+            reply.close()
+            raise TimeoutError(late)
+        return reply
 
     def _expire(self, expired: threading.Event) -> None:
         expired.set()
