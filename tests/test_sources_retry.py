@@ -7,6 +7,8 @@ The oracle is the shard's own bytes; the proxy counts what it forwarded and reco
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import re
 
 import pytest
@@ -109,3 +111,36 @@ def test_object_replaced_during_a_read_is_an_error(remote, fault_proxy):
         assert caught.value.url == url
     finally:
         remote.replace(remote.data)
+
+
+@pytest.mark.parametrize(
+    ("said", "seconds"),
+    [("7", 7.0), ("soon", None), ("", None), (None, None), ("in the past", 0.0), ("ahead", 3600.0)],
+)
+def test_a_retry_waits_as_long_as_the_server_asks(monkeypatch, said, seconds):
+    """``Retry-After`` (seconds or an HTTP date) sets the least wait before the next attempt,
+    up to one timeout; the wait is read from what the retry sleeps, not timed."""
+    from email.message import Message
+
+    from wdsx.sources import SourceOptions
+    from wdsx.sources import retry as retries
+    from wdsx.sources.http import retry_after
+
+    headers = Message()
+    now = datetime.datetime.now(datetime.timezone.utc)
+    if said == "in the past":
+        said = email.utils.format_datetime(now - datetime.timedelta(hours=1))
+    elif said == "ahead":
+        said = email.utils.format_datetime(now + datetime.timedelta(hours=1))
+    if said is not None:
+        headers["Retry-After"] = said
+    asked = retry_after(headers)
+    if seconds is None:
+        assert asked is None
+    else:
+        assert asked is not None and abs(asked - seconds) < 5
+    slept: list[float] = []
+    monkeypatch.setattr(retries.time, "sleep", slept.append)
+    options = SourceOptions(backoff=0.01, timeout=60.0)
+    retries.Attempts("http://x/a.tar", options).failed(retries.TransientError("503", asked), "GET")
+    assert slept[0] >= min(asked or 0.0, options.timeout) and slept[0] <= max(0.02, min(asked or 0.0, 60.0))

@@ -21,6 +21,8 @@ return as soon as some bytes arrive, so a trickling server is judged by its rate
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import functools
 import http.client
 import re
@@ -132,10 +134,25 @@ def http_request(
             raise
         said = describe_error(exn, read_error)
         if exn.code >= 500 or exn.code in _RETRY_STATUSES:
-            raise TransientError(said) from exn
+            raise TransientError(said, retry_after(exn.headers)) from exn
         raise SourceError(url, f"{doing}: {said}") from exn
     except (OSError, http.client.HTTPException) as exn:
         raise TransientError(f"{doing}: {getattr(exn, 'reason', None) or exn}") from exn
+
+
+def retry_after(headers: Message | None) -> float | None:
+    """The seconds a reply's ``Retry-After`` asks to wait (a number, or an HTTP date); None
+    when it says nothing usable."""
+    value = (headers.get("Retry-After") or "").strip() if headers is not None else ""
+    if _DIGITS.fullmatch(value):
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, (when - datetime.datetime.now(datetime.timezone.utc)).total_seconds())
 
 
 def describe_error(exn: urllib.error.HTTPError, read_error: ErrorReader) -> str:

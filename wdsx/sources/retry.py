@@ -26,7 +26,12 @@ T = TypeVar("T")
 
 
 class TransientError(Exception):
-    """A failure worth another attempt: a refused, reset or timed-out connection, a 5xx reply."""
+    """A failure worth another attempt: a refused, reset or timed-out connection, a 5xx reply.
+    ``retry_after``: the seconds the server asked to wait before the next one, if it said."""
+
+    def __init__(self, message: str, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class _Stalled(TransientError):
@@ -124,6 +129,8 @@ class Attempts:
                 self.url, f"{doing}: gave up after {self.options.retries} retries: {exn}"
             ) from exn
         delay = self.options.backoff * 2 ** (self.failures - 1) * random.uniform(0.75, 1.25)
+        if exn.retry_after is not None:  # the server's Retry-After, up to one timeout
+            delay = max(delay, min(exn.retry_after, self.options.timeout))
         log.warning(
             "%s: %s: %s; retry %d of %d in %.2fs",
             self.url,
