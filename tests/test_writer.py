@@ -410,3 +410,18 @@ def test_pbm_and_msgpack_encoders():
         np.testing.assert_array_equal(np.asarray(Image.open(tar.extractfile("k.pgm"))), image)
         assert msgpack.unpackb(tar.extractfile("k.msgpack").read()) == {"x": 1}
         assert Image.open(tar.extractfile("k.ppm")).mode == "RGB"
+
+
+def test_a_sample_with_the_key_just_written_is_refused(tmp_path):
+    """Two samples in a row with one key would read back as one (webdataset's reader merges
+    them and fails on the repeated field): the second is refused, and the shard reads back
+    as written. The same key later on, after another, reads back as two samples: allowed."""
+    path = str(tmp_path / "dup.tar")
+    with TarWriter(path) as writer:
+        writer.write({"__key__": "1", "txt": "hello"})
+        with pytest.raises(EncodingError, match="the sample written just before has the same key"):
+            writer.write({"__key__": "1", "txt": "again"})
+        writer.write({"__key__": "2", "txt": "two"})
+        writer.write({"__key__": "1", "txt": "later"})
+    read = [(s["__key__"], s["txt"]) for s in wds.WebDataset(path, shardshuffle=False)]
+    assert read == [("1", b"hello"), ("2", b"two"), ("1", b"later")]

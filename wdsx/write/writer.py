@@ -305,6 +305,8 @@ class TarWriter(_FileWriter):
         self._open(fileobj, compression_for(fileobj, compress), options)
         self.count = 0
         """Samples written."""
+        self._last_key: str | None = None
+        """The key of the sample written last: the next one may not have it too."""
 
     def write(self, obj: dict[str, Any]) -> int:
         """Write one sample; returns its payload bytes (headers and padding not counted).
@@ -321,6 +323,12 @@ class TarWriter(_FileWriter):
             else:
                 key, members = self._names.members(obj)
                 encoded = self.encoder(obj)
+            if key == self._last_key:
+                raise EncodingError(
+                    "the sample written just before has the same key: readers would take the two "
+                    "for one sample (a duplicate field, or the fields of both merged)",
+                    key,
+                )
             chunks: list[_Bytes] = []
             total = 0
             for field, name in members:
@@ -336,6 +344,7 @@ class TarWriter(_FileWriter):
             raise
         self._put(chunks)
         self.count += 1
+        self._last_key = key
         return total
 
     @functools.cached_property
