@@ -255,3 +255,49 @@ def test_repr_of_a_mixture_and_a_loader(three_shards):
     assert text.startswith(f"WebLoader({mixed!r}, batch_size=None, num_workers=2)")
     assert stage_names(text)[-1] == "unbatched"
     assert os.path.basename(three_shards[1]) in text
+
+
+def one_line_error(capsys) -> str:
+    """What the command printed on stderr, asserted to be one line and no traceback."""
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err, err
+    return err
+
+
+def test_check_resume_with_nothing_to_compare_fails(tmp_path, capsys, monkeypatch):
+    from tests.fixtures.shards import make_shards
+
+    data = make_shards(str(tmp_path / "shards"), [4, 4])
+    (tmp_path / "builds.py").write_text(
+        textwrap.dedent(
+            f"""
+            import wdsx
+
+            def make_loader():
+                return wdsx.WebDataset({data.urls!r}, shardshuffle=False).batched(2)
+
+            def not_a_loader():
+                return 42
+            """
+        )
+    )
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["check-resume", "builds.py:make_loader", "--cuts", "100,200"]) == 1
+    assert "nothing to compare: the run yields 4 batches" in one_line_error(capsys)
+    assert cli.main(["check-resume", "builds.py:not_a_loader"]) == 1
+    assert "returned 42, not a wdsx loader" in one_line_error(capsys)
+    assert cli.main(["check-resume", "no_such_module:f"]) == 1
+    assert "no module named 'no_such_module'" in one_line_error(capsys)
+    assert cli.main(["check-resume", "builds.py:make_loader", "--cuts", "2"]) == 0
+
+
+def test_an_unset_variable_in_a_pattern_is_a_one_line_error(capsys, monkeypatch):
+    monkeypatch.delenv("WDS_NOT_SET_HERE", raising=False)
+    assert cli.main(["info", "data/${NOT_SET_HERE}/s-000.tar"]) == 1
+    assert "environment variable WDS_NOT_SET_HERE is not set" in one_line_error(capsys)
+
+
+@pytest.mark.parametrize("arguments", [["preview", "x.tar", "--size", "0"], ["ls", "-n", "-1", "x.tar"]])
+def test_counts_and_sizes_below_one_are_usage_errors(arguments, capsys):
+    assert cli.main(arguments) == 2
+    assert "must be at least 1" in capsys.readouterr().err

@@ -62,7 +62,12 @@ def load_function(spec: str) -> Callable[[], Any]:
     else:
         if os.getcwd() not in sys.path:
             sys.path.insert(0, os.getcwd())
-        module = importlib.import_module(where)
+        try:
+            module = importlib.import_module(where)
+        except ModuleNotFoundError as exn:
+            if exn.name != where and not where.startswith(f"{exn.name}."):
+                raise  # the module itself imports something missing: its traceback says where
+            raise ValueError(f"{spec!r}: no module named {where!r} (from the current directory)") from None
     function = getattr(module, name, None)
     if not callable(function):
         raise ValueError(f"{spec!r}: {where} has no function {name!r}")

@@ -3,6 +3,7 @@ showing progress."""
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import sys
@@ -16,6 +17,17 @@ from wdsx.read.samples import Cursor
 from wdsx.read.shard import ReadSettings, read_piece
 from wdsx.sources import SourceOptions
 from wdsx.sources.listing import expand_urls
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (a usage error, status 2, otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
 
 
 def shard_urls(specs: Sequence[str]) -> list[str]:

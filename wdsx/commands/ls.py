@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from wdsx.commands.common import field_size, raw_samples, shard_urls
+from wdsx.commands.common import field_size, positive_int, raw_samples, shard_urls
 from wdsx.read.samples import POSITION
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("ls", help="list the samples of shards: ordinal, offset, key, fields")
     parser.add_argument("shards", nargs="+", help="shard URLs or patterns")
-    parser.add_argument("-n", "--limit", type=int, default=None, help="at most this many samples per shard")
+    parser.add_argument(
+        "-n", "--limit", type=positive_int, default=None, help="at most this many samples per shard"
+    )
     parser.set_defaults(run=run)
 
 

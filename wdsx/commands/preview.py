@@ -21,6 +21,7 @@ import codecs
 import io
 import itertools
 import math
+import os
 import textwrap
 from collections.abc import Sequence
 from typing import Any
@@ -28,7 +29,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from wdsx.commands.common import raw_samples, shard_urls
+from wdsx.commands.common import positive_int, raw_samples, shard_urls
 from wdsx.core.limits import check_image_pixels, max_image_pixels
 from wdsx.read.manifest import Manifest, manifest_url_beside
 
@@ -50,10 +51,14 @@ CHECKER_SHADES = (255, 204)
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("preview", help="write a PNG contact sheet of the first samples")
     parser.add_argument("shards", nargs="+", help="shard URLs or patterns")
-    parser.add_argument("-n", "--count", type=int, default=16, help="samples to show (default 16)")
-    parser.add_argument("-o", "--output", default="preview.png", help="PNG file to write")
+    parser.add_argument("-n", "--count", type=positive_int, default=16, help="samples to show (default 16)")
+    parser.add_argument(
+        "-o", "--output", default="preview.png", help="PNG file to write (default preview.png)"
+    )
     parser.add_argument("--columns", type=int, default=None, help="tiles per row (default: a square)")
-    parser.add_argument("--size", type=int, default=128, help="image box side in pixels (default 128)")
+    parser.add_argument(
+        "--size", type=positive_int, default=128, help="image box side in pixels (default 128)"
+    )
     parser.set_defaults(run=run)
 
 
@@ -66,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     manifest = Manifest.load(beside) if beside else None
     names = list(manifest.extra.get("classes", [])) if manifest else []
     columns = args.columns or math.ceil(math.sqrt(len(samples)))
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     contact_sheet(samples, columns, args.size, names).save(args.output, format="PNG")
     print(f"{args.output}: {len(samples)} samples, {columns} per row")
     return 0

@@ -95,13 +95,20 @@ def check_resume(
         make_loader: builds the loader, as the training script does.
         cuts: batch counts after which to take a state and resume from it in a new loader;
             an int asks for that many cut points spread over the run, plus every epoch
-            boundary inside it.
+            boundary inside it. A ValueError when none falls inside the run (nothing would
+            be compared).
         epochs: ``iter()`` passes that make up a run.
         limit: compare only the first ``limit`` batches (needed for endless loaders).
     """
     reference, pass_ends = record(make_loader, epochs, limit, [])
     total = len(reference)
     points = _cut_points(cuts, total, pass_ends)
+    if not points:
+        asked = f"{cuts} cut points" if isinstance(cuts, int) else f"cuts after {', '.join(map(str, cuts))}"
+        raise ValueError(
+            f"nothing to compare: the run yields {total} batches, and no cut falls inside it ({asked}); "
+            "a cut is a batch count between 1 and the run's length minus 1"
+        )
     plans: list[tuple[str, list[int]]] = [("second uninterrupted run", [])]
     plans += [(f"resumed after batch {c}", [c]) for c in points]
     if len(points) > 1:
@@ -131,6 +138,11 @@ def record(
     passes = epochs  # passes not finished yet, the one a state is inside included
     for number, stop in enumerate([*cuts, float("inf") if total is None else total]):
         loader = make_loader()
+        if not isinstance(loader, DataPipeline):
+            raise ValueError(
+                f"{getattr(make_loader, '__name__', make_loader)!r} returned {loader!r:.60}, "
+                "not a wdsx loader or pipeline (a WebLoader, WebDataset or DataPipeline)"
+            )
         if state is not None:
             loader.load_state_dict(state)
         try:

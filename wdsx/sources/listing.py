@@ -115,13 +115,23 @@ def _list_remote(pattern: str, options: SourceOptions) -> list[str]:
     return sorted(url for url in urls if wanted(url))
 
 
+class UnsetVariableError(KeyError, ValueError):
+    """A ``${VAR}`` in a URL whose ``WDS_VAR`` is not set: a KeyError, as a missing name in a
+    mapping is, and a ValueError, as a URL that cannot be used is (what callers catch)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 def envsubst(url: str) -> str:
     """Replace ``${VAR}`` with the value of the environment variable ``WDS_VAR``."""
 
     def lookup(match: re.Match) -> str:
         name = "WDS_" + match.group(1)
         if name not in os.environ:
-            raise KeyError(f"{url}: environment variable {name} is not set (for ${{{match.group(1)}}})")
+            raise UnsetVariableError(
+                f"{url}: environment variable {name} is not set (for ${{{match.group(1)}}})"
+            )
         return os.environ[name]
 
     return re.sub(r"\$\{(\w+)\}", lookup, url)
