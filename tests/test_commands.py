@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import tarfile
 
@@ -91,3 +92,30 @@ def test_demo_data_is_shipped():
     root = os.path.join(os.path.dirname(__file__), "..", "data", "fashion-mnist-mini")
     classes = [d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d))]
     assert len(classes) == 10
+
+
+def test_index_and_verify_keep_each_folders_shards_to_its_own_manifest(tmp_path, capsys):
+    """Two folders holding a shard of one name: a manifest each, and each shard checked
+    against its own folder's (a manifest lists shards by name; the oracle is tarfile)."""
+    urls = []
+    for folder, count in (("a", 3), ("b", 5)):
+        members = [(f"{folder}{i}.txt", b"x" * (i + 1)) for i in range(count)]
+        (tmp_path / folder).mkdir()
+        urls.append(write_tar(str(tmp_path / folder / "x.tar"), members))
+    assert cli.main(["index", *urls]) == 0
+    for url in urls:
+        manifest = json.loads(open(os.path.join(os.path.dirname(url), "x.manifest.json")).read())
+        with tarfile.open(url) as tar:
+            assert [shard["samples"] for shard in manifest["shards"]] == [len(tar.getnames())]
+    capsys.readouterr()
+    assert cli.main(["verify", *urls]) == 0
+    assert "2 of 2 shards ok" in capsys.readouterr().out
+    assert cli.main(["index", *urls, "-o", str(tmp_path / "one.manifest.json")]) == 1
+    assert "index each folder on its own" in capsys.readouterr().err
+
+
+def test_index_fails_when_an_offset_index_cannot_be_written(tmp_path, capsys):
+    path = tmp_path / "j-000.jsonl"
+    path.write_text('{"text": "not a list"}\n')
+    assert cli.main(["index", str(path), "--sizes", "--tokens-field", "text"]) == 1
+    assert "'text' holds a str, not a list" in capsys.readouterr().err

@@ -187,8 +187,8 @@ def test_size_columns_cannot_claim_more_than_the_limit(images):
 
 def test_a_member_that_is_not_an_image_is_named(tmp_path, capsys):
     url = write_tar(str(tmp_path / "bad.tar"), [("a.png", encoded("png", 4, 4)), ("b.jpg", b"not a jpeg")])
-    index("--sizes", url)
-    assert "bad.tar: sample 'b', field 'jpg': not an image Pillow can measure" in capsys.readouterr().out
+    assert main(["index", "--sizes", url]) == 1
+    assert "bad.tar: sample 'b', field 'jpg': not an image Pillow can measure" in capsys.readouterr().err
     assert not os.path.exists(index_url(url))
 
 
@@ -207,5 +207,5 @@ def test_npy_shards_have_no_sizes(tmp_path):
 def test_a_tokens_field_that_is_not_a_list_is_named(tmp_path, capsys):
     path = tmp_path / "docs-0000.jsonl"
     path.write_text('{"tokens": [1, 2]}\n{"tokens": "abc"}\n')
-    index("--sizes", "--tokens-field", "tokens", str(path))
-    assert "sample 'docs-0000/1', field 'json': 'tokens' holds a str, not a list" in capsys.readouterr().out
+    assert main(["index", "--sizes", "--tokens-field", "tokens", str(path)]) == 1
+    assert "sample 'docs-0000/1', field 'json': 'tokens' holds a str, not a list" in capsys.readouterr().err

@@ -186,6 +186,7 @@ def test_a_function_that_returns_no_dict_is_reported(tmp_path):
         write_dataset(["a", "b"], str.upper, str(tmp_path / "s"))
     reason = "TypeError: a sample must be a dict of fields, not str"
     assert caught.value.report.skipped == [("a", reason), ("b", reason)]
+    assert os.listdir(tmp_path) == []  # "nothing usable was written": no empty shard either
 
 
 def _run_writer_in_child(dest: Path, marker: Path) -> subprocess.Popen:

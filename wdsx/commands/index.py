@@ -6,10 +6,13 @@ measures for bucketing (:mod:`wdsx.read.sizes`)."""
 from __future__ import annotations
 
 import argparse
+import posixpath
+import sys
+from collections import Counter
 
 from wdsx.commands.common import shard_urls
 from wdsx.read import formats
-from wdsx.read.index import index_url, scan_index
+from wdsx.read.index import NotIndexableError, index_url, scan_index
 from wdsx.read.manifest import build_manifest, manifest_url_beside
 from wdsx.sources import scheme_of
 
@@ -56,23 +59,49 @@ def run(args: argparse.Namespace) -> int:
     if args.sizes and args.no_offsets:
         raise ValueError("--sizes are recorded in the offset indexes: drop --no-offsets")
     urls = shard_urls(args.shards)
-    output = args.output or manifest_url_beside(urls[0])
-    if output is None:
-        raise ValueError("a manifest for pipe: shards needs an explicit place: pass --output")
-    manifest = build_manifest(urls)
-    manifest.write(output)
-    print(f"{output}: {len(manifest.shards)} shards, {manifest.total_samples} samples")
+    by_folder = _by_folder(urls)
+    if args.output is not None and len(by_folder) > 1:
+        shown = ", ".join(f"{folder or '.'}/" for folder in list(by_folder)[:3])
+        raise ValueError(
+            f"the shards are in {len(by_folder)} folders ({shown}...) and --output names one "
+            "manifest: a manifest lists the shards of its own folder; index each folder on its own"
+        )
+    for folder_urls in by_folder.values():
+        output = args.output or manifest_url_beside(folder_urls[0])
+        if output is None:
+            raise ValueError("a manifest for pipe: shards needs an explicit place: pass --output")
+        manifest = build_manifest(folder_urls)
+        manifest.write(output)
+        print(f"{output}: {len(manifest.shards)} shards, {manifest.total_samples} samples")
+    failed = 0
     if not args.no_offsets:
         written = []
         for url in filter(has_offsets, urls):
             try:
                 scan_index(url, sizes=args.sizes, list_fields=args.tokens_field).write(url)
                 written.append(url)
-            except ValueError as exn:  # compressed without saying so, or a member not measurable
-                print(f"no offset index: {exn}")
+            except NotIndexableError as exn:  # compressed without saying so: a note, not a failure
+                print(f"wdsx index: no offset index: {exn}", file=sys.stderr)
+            except ValueError as exn:  # a member not measurable as asked
+                print(f"wdsx index: error: no offset index: {exn}", file=sys.stderr)
+                failed += 1
         if written:
             print(f"offset indexes: {len(written)} written beside the shards, {index_url(written[0])}...")
-    return 0
+    return 1 if failed else 0
+
+
+def _by_folder(urls: list[str]) -> dict[str, list[str]]:
+    """The shards grouped by folder, each group with its own manifest (a manifest lists the
+    shards of its folder by name, and readers look for it in each shard's folder); a shard
+    name given twice in one folder is refused."""
+    folders: dict[str, list[str]] = {}
+    for url in urls:
+        folders.setdefault(posixpath.dirname(url), []).append(url)
+    for group in folders.values():
+        twice = sorted(name for name, n in Counter(map(posixpath.basename, group)).items() if n > 1)
+        if twice:
+            raise ValueError(f"shard {twice[0]!r} is given more than once")
+    return folders
 
 
 def has_offsets(url: str) -> bool:

@@ -160,7 +160,8 @@ def _offsets_problems(url: str) -> tuple[bool, list[str]]:
 
 
 def _checked(manifest_url: str | None, found: bool, images: bool, reports: list[ShardReport]) -> str:
-    """What a run checked (its shards' ``reports``), against what, for its summary line."""
+    """What a run checked (its shards' ``reports``), against what (``manifest_url``: the
+    manifest, or what says where the manifests were), for its summary line."""
     compared = sum(report.index_compared for report in reports)
     decoded = sum(report.images for report in reports)
     failed = sum(report.undecodable for report in reports)
@@ -183,22 +184,32 @@ def _checked(manifest_url: str | None, found: bool, images: bool, reports: list[
 
 def run(args: argparse.Namespace) -> int:
     urls = shard_urls(args.shards)
-    manifest_url = args.manifest or manifest_url_beside(urls[0])
-    manifest = Manifest.load(manifest_url) if manifest_url else None
-    if args.manifest and manifest is None:
-        print(f"manifest {args.manifest} not found")
-        return 1
-    entries = {entry.name: entry for entry in manifest.shards} if manifest else {}
-    listed = [entries.get(shard_name(url)) for url in urls]
+    # each shard's manifest: the one given, else the one beside it (in its own folder)
+    places = [args.manifest or manifest_url_beside(url) for url in urls]
+    manifests = {place: Manifest.load(place) for place in set(places) if place is not None}
+    if args.manifest and manifests[args.manifest] is None:
+        raise ValueError(f"manifest {args.manifest} not found")
+    entries = {
+        place: {entry.name: entry for entry in manifest.shards}
+        for place, manifest in manifests.items()
+        if manifest is not None
+    }
+    listed = [
+        entries.get(place, {}).get(shard_name(url)) if place else None for url, place in zip(urls, places)
+    ]
+    found = [place for place in dict.fromkeys(places) if place in entries]
+    manifest_url = (
+        found[0] if len(found) == 1 else places[0] if not found else f"in each of the {len(found)} folders"
+    )
     total = sum(entry.samples for entry in listed if entry) if all(listed) else None
     shown = sys.stderr.isatty() if args.progress is None else args.progress
     failed = warned = 0
     reports = []
     with Progress(total, "sample", shown) as progress:
-        for url, expected in zip(urls, listed):
+        for url, place, expected in zip(urls, places, listed):
             progress.describe(shard_name(url))
             report = check_shard(url, expected, not args.no_images, progress)
-            if manifest is not None and expected is None:
+            if place in entries and expected is None:
                 report.problems.append("not listed in the manifest")
             failed += bool(report.problems)
             reports.append(report)
@@ -206,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
             progress.write(f"{'FAIL' if report.problems else 'ok  '} {url}")
             for line in report.lines():
                 progress.write(f"     {line}")
-    checked = _checked(manifest_url, manifest is not None, not args.no_images, reports)
+    checked = _checked(manifest_url, bool(found), not args.no_images, reports)
     notes = f"; {warned} decoder warning{'s' if warned != 1 else ''}" if warned else ""
     print(f"{len(urls) - failed} of {len(urls)} shards ok: {checked}{notes}")
     return 1 if failed else 0

@@ -69,12 +69,16 @@ def index_url(url: str) -> str:
     return without_query(url) + SUFFIX
 
 
+class NotIndexableError(ValueError):
+    """A shard that has no offsets to index: a compressed stream cannot be entered at a sample."""
+
+
 def check_indexable(url: str, compressed: bool = False) -> None:
-    """Raise a ValueError saying why the shard at ``url`` cannot be read sample by sample, if
-    it cannot: a compressed shard (by its name, or ``compressed``: by its content) has no
-    offsets to seek to."""
+    """Raise a :class:`NotIndexableError` saying why the shard at ``url`` cannot be read
+    sample by sample, if it cannot: a compressed shard (by its name, or ``compressed``: by its
+    content) has no offsets to seek to."""
     if compressed or (formats.format_of(url) != "npy" and not formats.seekable(url)):
-        raise ValueError(
+        raise NotIndexableError(
             f"{url}: random access needs uncompressed shards (a compressed stream cannot be entered "
             "at a sample's offset); decompress it (e.g. gunzip) and index it with `wdsx index`"
         )

@@ -30,6 +30,7 @@ from wdsx.write.stale import (
     earlier_shards,
     forget_earlier_manifest,
     remove_earlier_shards,
+    remove_shards,
     set_aside_earlier_manifest,
 )
 
@@ -139,6 +140,7 @@ def execute(
         report.skipped += [(name, reason) for name, reason in record["skipped"]]
         report.warnings += [(name, message) for name, message in record.get("warnings", [])]
     if report.samples == 0 and (complete or written):
+        remove_shards([job.url for job in plan.jobs[rank::world_size]])  # empty, every one
         examples = "; ".join(f"{name}: {reason}" for name, reason in report.skipped[:3])
         error = WriteError(
             f"no input gave a sample, nothing usable was written ({len(report.skipped)} skipped"

@@ -24,7 +24,13 @@ from wdsx.read.manifest import Manifest, natural_key
 from wdsx.sources import SourceOptions, local_path
 from wdsx.write.records import SECTION, read_record, record_url
 
-__all__ = ["earlier_shards", "forget_earlier_manifest", "remove_earlier_shards", "set_aside_earlier_manifest"]
+__all__ = [
+    "earlier_shards",
+    "forget_earlier_manifest",
+    "remove_earlier_shards",
+    "remove_shards",
+    "set_aside_earlier_manifest",
+]
 
 log = logging.getLogger("wdsx")
 
@@ -100,13 +106,7 @@ def _recorded_elsewhere(directory: str, plan_id: str) -> list[str]:
 def remove_earlier_shards(urls: Sequence[str]) -> tuple[list[str], list[str]]:
     """Remove the shards at ``urls`` (from :func:`earlier_shards`) and their completion
     records; returns the URLs removed, and the remote ones left in place (logged as a warning)."""
-    removed, left = [], []
-    for url in urls:
-        path = local_path(url)
-        if path is None:
-            left.append(url)
-        elif any([_unlink(path), _unlink(local_path(record_url(url)))]):
-            removed.append(url)
+    removed, left = remove_shards(urls)
     if removed:
         log.info("removed %d shards that an earlier plan wrote here: %s", len(removed), ", ".join(removed))
     if left:
@@ -116,6 +116,19 @@ def remove_earlier_shards(urls: Sequence[str]) -> tuple[list[str], list[str]]:
             len(left),
             ", ".join(left),
         )
+    return removed, left
+
+
+def remove_shards(urls: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Remove the local shards at ``urls`` and their completion records; returns the URLs
+    removed and the remote ones, which stay."""
+    removed, left = [], []
+    for url in urls:
+        path = local_path(url)
+        if path is None:
+            left.append(url)
+        elif any([_unlink(path), _unlink(local_path(record_url(url)))]):
+            removed.append(url)
     return removed, left
 
 
