@@ -119,3 +119,34 @@ def test_index_fails_when_an_offset_index_cannot_be_written(tmp_path, capsys):
     path.write_text('{"text": "not a list"}\n')
     assert cli.main(["index", str(path), "--sizes", "--tokens-field", "text"]) == 1
     assert "'text' holds a str, not a list" in capsys.readouterr().err
+
+
+def test_info_refuses_a_npy_shard_shorter_than_its_header(tmp_path, capsys):
+    path = tmp_path / "rows.npy"
+    np.save(path, np.zeros((100, 4), np.float32))
+    path.write_bytes(path.read_bytes()[:-50])
+    assert cli.main(["info", str(path)]) == 1
+    assert "shorter than its header says" in capsys.readouterr().err
+
+
+def test_info_names_only_the_classes_a_manifest_lists(tmp_path, capsys):
+    with ShardWriter(str(tmp_path / "c-%d.tar"), verbose=0, metadata={"classes": ["cat", "dog"]}) as sink:
+        for key, cls in (("a", -1), ("b", 0), ("c", "tabby")):
+            sink.write({"__key__": key, "cls": cls if isinstance(cls, int) else cls.encode()})
+    assert cli.main(["info", str(tmp_path / "c-0.tar")]) == 0
+    lines = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
+    assert lines == [["-1", "1"], ["0", "cat", "1"], ["tabby", "1"]]
+
+
+def test_cat_searches_every_shard_of_a_pattern(written, capsys):
+    pattern = written[0].replace("set-000000.tar", "set-{000000..000001}.tar")
+    assert cli.main(["cat", pattern, "k07"]) == 0
+    assert "__key__: k07" in capsys.readouterr().out
+
+
+def test_index_output_into_a_folder_leaves_no_temporary_file(written, tmp_path, capsys):
+    folder = tmp_path / "out"
+    folder.mkdir()
+    assert cli.main(["index", written[0], "-o", str(folder)]) == 1
+    assert "cannot write the file there" in capsys.readouterr().err
+    assert not [name for name in os.listdir(tmp_path) if name.endswith(".partial")]

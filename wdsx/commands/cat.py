@@ -11,18 +11,21 @@ from wdsx.commands.common import field_bytes, raw_samples, shard_urls
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("cat", help="show or extract one sample of a shard")
-    parser.add_argument("shard", help="shard URL")
+    parser.add_argument("shard", help="shard URL or pattern (its shards are searched in order)")
     parser.add_argument("key", help="sample key (__key__)")
-    parser.add_argument("-f", "--field", help="write this field's raw bytes to stdout")
-    parser.add_argument("-o", "--output", help="write every field to files in this directory")
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("-f", "--field", help="write this field's bytes to stdout")
+    output.add_argument("-o", "--output", help="write every field to files in this directory")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    (url,) = shard_urls([args.shard])
-    sample = next((s for s in raw_samples(url) if s["__key__"] == args.key), None)
+    urls = shard_urls([args.shard])
+    found = (s for url in urls for s in raw_samples(url) if s["__key__"] == args.key)
+    sample = next(found, None)
     if sample is None:
-        print(f"wdsx cat: no sample {args.key!r} in {url}", file=sys.stderr)
+        where = urls[0] if len(urls) == 1 else f"the {len(urls)} shards of {args.shard}"
+        print(f"wdsx cat: no sample {args.key!r} in {where}", file=sys.stderr)
         return 1
     fields = {k: field_bytes(v) for k, v in sample.items() if not k.startswith("__")}
     if args.field:

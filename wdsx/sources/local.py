@@ -80,11 +80,15 @@ class LocalSink(Sink):
     def commit(self) -> None:
         if self._file.closed:
             return
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
-        os.chmod(self._temp, 0o644)
-        os.replace(self._temp, self.path)
+        try:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            os.chmod(self._temp, 0o644)
+            os.replace(self._temp, self.path)
+        except OSError as exn:
+            self.abort()  # no temporary file left behind
+            raise SourceError(self.url, f"cannot write the file there: {exn.strerror or exn}") from exn
 
     def abort(self) -> None:
         if not self._file.closed:
