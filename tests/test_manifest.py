@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
+import os
 import tarfile
 
 import pytest
@@ -253,3 +255,27 @@ def test_a_shard_with_more_samples_than_its_manifest_says_is_refused(tmp_path):
         list(wdsx.WebDataset(str(tmp_path / "part-{000000..000002}.tar"), shardshuffle=False))
     assert raised.value.url == shard and raised.value.offset == eleventh
     assert "more than 10 samples" in str(raised.value)
+
+
+def test_a_manifest_entry_without_its_count_is_named(tmp_path):
+    path = tmp_path / "s.manifest.json"
+    path.write_text(json.dumps({"format": "wdsx-manifest", "version": 1, "shards": [{"name": "s-0.tar"}]}))
+    with pytest.raises(ValueError, match=r"manifest\.json: not a manifest: an entry has no 'samples' field"):
+        Manifest.load(str(path))
+
+
+def test_a_glob_over_a_dataset_folder_names_its_shards_only(tmp_path):
+    import wdsx
+    from wdsx.sources.listing import list_shards
+
+    _write_run(str(tmp_path / "part-%06d.tar"), "k", 4, maxcount=2)
+    assert main(["index", str(tmp_path / "part-*.tar")]) == 0
+    assert sorted(os.listdir(tmp_path)) == [
+        "part-000000.tar",
+        "part-000000.tar.idx",
+        "part-000001.tar",
+        "part-000001.tar.idx",
+        "part.manifest.json",
+    ]
+    assert list_shards(str(tmp_path / "*")) == [str(tmp_path / f"part-00000{n}.tar") for n in (0, 1)]
+    assert len(list(wdsx.WebDataset(str(tmp_path / "*"), shardshuffle=False))) == 4

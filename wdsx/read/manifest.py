@@ -193,7 +193,9 @@ class Manifest:
             return None
         try:
             return cls.from_json(text)
-        except (ValueError, KeyError, TypeError) as exn:
+        except KeyError as exn:
+            raise ValueError(f"{url}: not a manifest: an entry has no {exn} field") from exn
+        except (ValueError, TypeError) as exn:
             raise ValueError(f"{url}: {exn}") from exn
 
     def write(self, url: str, options: SourceOptions | None = None) -> None:

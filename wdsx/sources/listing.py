@@ -35,6 +35,10 @@ Raises :class:`~wdsx.sources.retry.TransientError` for a failure worth another a
 whole listing is then repeated) and :class:`~wdsx.core.errors.SourceError` for others."""
 
 
+COMPANIONS = ("manifest.json", ".idx")
+"""The files wdsx writes beside shards (manifests, offset indexes): a glob never names them."""
+
+
 def list_shards(pattern: str, options: SourceOptions | None = None) -> list[str]:
     """The sorted shard URLs ``pattern`` names; ``[pattern]`` when it is a single shard.
 
@@ -47,7 +51,7 @@ def list_shards(pattern: str, options: SourceOptions | None = None) -> list[str]
         return _list_remote(pattern, options)
     scheme = pattern[: len(pattern) - len(path)]
     if _GLOB_CHAR.search(path):
-        found = glob.glob(path, recursive=True)
+        found = [name for name in glob.glob(path, recursive=True) if not name.endswith(COMPANIONS)]
     elif path.endswith("/") or os.path.isdir(path):
         found = [name for name in _files_under(path) if name.endswith(SHARD_SUFFIXES)]
     else:
@@ -96,7 +100,9 @@ def _selection(pattern: str) -> tuple[str, Callable[[str], bool]] | None:
     """The literal prefix to list and the test each listed URL must pass."""
     glob_char = _GLOB_CHAR.search(pattern)
     if glob_char:
-        return pattern[: glob_char.start()], lambda url: fnmatch.fnmatchcase(url, pattern)
+        return pattern[
+            : glob_char.start()
+        ], lambda url: fnmatch.fnmatchcase(url, pattern) and not url.endswith(COMPANIONS)
     if pattern.endswith("/"):
         return pattern, lambda url: url.endswith(SHARD_SUFFIXES)
     return None
