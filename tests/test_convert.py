@@ -313,3 +313,23 @@ def test_convert_to_s3_writes_the_same_shards_and_resumes(s3_server, s3_bucket, 
         assert body == path.read_bytes()
     remote_manifest = Manifest.load(again.manifest_url, s3_server.options)
     assert remote_manifest == Manifest.load(str(tmp_path / "local" / "t.manifest.json"))
+
+
+@pytest.mark.parametrize(
+    ("table", "arguments", "said"),
+    [
+        ("id,text\n", ["--key", "id", "--field", "text=txt"], "the table has no records"),
+        (
+            "id,text\n1,a\n",
+            ["--key", "nosuch", "--field", "text=txt"],
+            "no column 'nosuch' (its columns: id, text)",
+        ),
+        ("id,text\n1,a\n", ["--key", "id", "--field", "words=txt"], "no column 'words'"),
+    ],
+)
+def test_a_table_conversion_checks_its_columns_first(tmp_path, capsys, table, arguments, said):
+    path = tmp_path / "t.csv"
+    path.write_text(table)
+    assert main(["convert", str(path), str(tmp_path / "out" / "x"), *arguments]) == 1
+    assert said in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from wdsx.core.errors import WriteError
 from wdsx.core.extras import install_hint
 from wdsx.core.jsontext import parse_json
 from wdsx.write.dataset import WriteReport, write_dataset
@@ -96,6 +97,13 @@ def write_table(
     (see :class:`RecordSamples` for ``key``, ``fields`` and ``files``); ``settings`` are
     :func:`~wdsx.write.dataset.write_dataset`'s (``maxcount``, ``workers``, ``engine``...)."""
     records = read_table(path)
+    if not records:
+        raise WriteError(f"{path}: the table has no records")
+    columns = set().union(*records)
+    named = [key] if key is not None else []
+    missing = [name for name in [*named, *(fields or {}), *(files or {})] if name not in columns]
+    if missing:
+        raise WriteError(f"{path}: no column {missing[0]!r} (its columns: {', '.join(sorted(columns))})")
     to_samples = RecordSamples(
         key, dict(fields or {}), dict(files or {}), os.path.dirname(os.path.abspath(path))
     )
