@@ -115,7 +115,15 @@ def test_object_replaced_during_a_read_is_an_error(remote, fault_proxy):
 
 @pytest.mark.parametrize(
     ("said", "seconds"),
-    [("7", 7.0), ("soon", None), ("", None), (None, None), ("in the past", 0.0), ("ahead", 3600.0)],
+    [
+        ("7", 7.0),
+        ("soon", None),
+        ("", None),
+        (None, None),
+        ("in the past", 0.0),
+        ("ahead", 3600.0),
+        ("Mon, 1 Jan 99999999999 00:00:00 GMT", None),  # no datetime holds that year
+    ],
 )
 def test_a_retry_waits_as_long_as_the_server_asks(monkeypatch, said, seconds):
     """``Retry-After`` (seconds or an HTTP date) sets the least wait before the next attempt,

@@ -425,3 +425,55 @@ def test_a_sample_with_the_key_just_written_is_refused(tmp_path):
         writer.write({"__key__": "1", "txt": "later"})
     read = [(s["__key__"], s["txt"]) for s in wds.WebDataset(path, shardshuffle=False)]
     assert read == [("1", b"hello"), ("2", b"two"), ("1", b"later")]
+
+
+def test_a_commit_on_a_full_disk_leaves_no_temporary_file(tmp_path):
+    from wdsx.errors import SourceError
+    from wdsx.sources.local import LocalSink
+
+    sink = LocalSink(str(tmp_path / "a.tar"), str(tmp_path / "a.tar"))
+    full = os.open("/dev/full", os.O_WRONLY)
+    try:
+        os.dup2(full, sink._file.fileno())  # the disk is full from here on
+    finally:
+        os.close(full)
+    sink.write(b"x" * 100)  # buffered, to be flushed at commit
+    with pytest.raises(SourceError, match="No space left on device"):
+        sink.commit()
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_rerun_removes_only_a_manifest_it_makes_wrong(tmp_path, monkeypatch):
+    """A run that appends shards (start_shard) keeps the manifest of the shards before; one
+    writing through an opener never touches a local file of the manifest's name."""
+    pattern = str(tmp_path / "train-%06d.tar")
+    with ShardWriter(pattern, maxcount=2, verbose=0) as sink:
+        for i in range(4):
+            sink.write({"__key__": f"a{i}", "txt": "x"})
+    manifest = (tmp_path / "train.manifest.json").read_bytes()
+    with pytest.raises(RuntimeError), ShardWriter(pattern, maxcount=2, start_shard=2, verbose=0) as sink:
+        for i in range(3):
+            sink.write({"__key__": f"b{i}", "txt": "y"})
+        raise RuntimeError("the run fails after its first new shard")
+    assert (tmp_path / "train.manifest.json").read_bytes() == manifest
+    stored: dict[str, io.BytesIO] = {}
+
+    class Store(io.BytesIO):
+        def close(self) -> None:
+            stored[self.name] = io.BytesIO(self.getvalue())
+            super().close()
+
+    def opener(name: str) -> Store:
+        stream = Store()
+        stream.name = name
+        return stream
+
+    with ShardWriter(pattern, maxcount=2, opener=opener, verbose=0) as sink:
+        for i in range(4):
+            sink.write({"__key__": f"c{i}", "txt": "z"})
+    assert (tmp_path / "train.manifest.json").read_bytes() == manifest  # written to the store
+    assert sorted(os.path.basename(name) for name in stored) == [
+        "train-000000.tar",
+        "train-000001.tar",
+        "train.manifest.json",
+    ]

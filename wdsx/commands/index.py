@@ -59,14 +59,12 @@ def run(args: argparse.Namespace) -> int:
     if args.sizes and args.no_offsets:
         raise ValueError("--sizes are recorded in the offset indexes: drop --no-offsets")
     urls = shard_urls(args.shards)
-    by_folder = _by_folder(urls)
-    if args.output is not None and len(by_folder) > 1:
-        shown = ", ".join(f"{folder or '.'}/" for folder in list(by_folder)[:3])
-        raise ValueError(
-            f"the shards are in {len(by_folder)} folders ({shown}...) and --output names one "
-            "manifest: a manifest lists the shards of its own folder; index each folder on its own"
-        )
-    for folder_urls in by_folder.values():
+    # one manifest where --output names it (readers given it match shards by name), else
+    # one in each folder, where readers look for it
+    groups = {"": urls} if args.output is not None else _by_folder(urls)
+    for group in groups.values():
+        _named_once(group)
+    for folder_urls in groups.values():
         output = args.output or manifest_url_beside(folder_urls[0])
         if output is None:
             raise ValueError("a manifest for pipe: shards needs an explicit place: pass --output")
@@ -91,17 +89,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _by_folder(urls: list[str]) -> dict[str, list[str]]:
-    """The shards grouped by folder, each group with its own manifest (a manifest lists the
-    shards of its folder by name, and readers look for it in each shard's folder); a shard
-    name given twice in one folder is refused."""
+    """The shards grouped by folder: a manifest lists the shards of its folder by name, and
+    readers look for it in each shard's folder."""
     folders: dict[str, list[str]] = {}
     for url in urls:
         folders.setdefault(posixpath.dirname(url), []).append(url)
-    for group in folders.values():
-        twice = sorted(name for name, n in Counter(map(posixpath.basename, group)).items() if n > 1)
-        if twice:
-            raise ValueError(f"shard {twice[0]!r} is given more than once")
     return folders
+
+
+def _named_once(urls: list[str]) -> None:
+    """Refuse two shards of one name in one manifest (it lists shards by name)."""
+    twice = sorted(name for name, n in Counter(map(posixpath.basename, urls)).items() if n > 1)
+    if twice:
+        raise ValueError(f"two shards named {twice[0]!r} would share a manifest, which lists shards by name")
 
 
 def has_offsets(url: str) -> bool:

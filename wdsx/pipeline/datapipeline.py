@@ -661,6 +661,9 @@ class DataPipeline(FluidInterface):
         return state
 
     def __setstate__(self, state: dict) -> None:
+        state = dict(state)
+        if "pipeline" in state:  # pickled by a wdsx whose stage list was a plain attribute
+            state["_stages"] = StageList(state.pop("pipeline"))
         self.__dict__.update(state)
 
     def close(self) -> None:

@@ -148,7 +148,7 @@ def retry_after(headers: Message | None) -> float | None:
         return float(value)
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # not a date, or one no datetime can hold
         return None
     if when.tzinfo is None:
         return None

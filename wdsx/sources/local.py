@@ -92,6 +92,9 @@ class LocalSink(Sink):
 
     def abort(self) -> None:
         if not self._file.closed:
-            self._file.close()
+            try:
+                self._file.close()
+            except OSError:  # its buffer could not be written (a full disk): it is discarded anyway
+                pass
         if os.path.exists(self._temp):
             os.unlink(self._temp)

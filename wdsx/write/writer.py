@@ -35,6 +35,7 @@ from typing import Any, BinaryIO, ClassVar, Protocol, TypeVar
 from wdsx.codecs.encode import FieldEncoder, make_encoder
 from wdsx.core.errors import EncodingError
 from wdsx.read.manifest import Manifest, ShardEntry, manifest_url_for_pattern
+from wdsx.read.tar import read_exact
 from wdsx.sources import Sink, SourceOptions, local_path
 from wdsx.write.names import NameChecker
 from wdsx.write.partial import open_shard_sink, write_whole
@@ -257,7 +258,7 @@ class TarStream:
                 raise ValueError(
                     f"addfile({tarinfo.name!r}): a member of {tarinfo.size} bytes needs a fileobj"
                 )
-            data = fileobj.read(tarinfo.size)
+            data = read_exact(fileobj.read, tarinfo.size)
             if len(data) != tarinfo.size:
                 raise ValueError(
                     f"addfile({tarinfo.name!r}): fileobj gave {len(data)} of {tarinfo.size} bytes"
@@ -527,7 +528,7 @@ class ShardWriter(_AllOrNothing):
             self.shard -= 1
             return
         if not self.shards:
-            self._retire_earlier_manifest()
+            self._retire_earlier_manifest(posixpath.basename(self.fname or ""))
         writer.close()
         self._close_stream()
         assert self.fname is not None
@@ -552,15 +553,23 @@ class ShardWriter(_AllOrNothing):
             self.abort()
             raise
 
-    def _retire_earlier_manifest(self) -> None:
-        """Remove the manifest an earlier run left where this one writes its own, before this
-        run's first shard replaces one it may list: should this run fail, readers then find no
-        manifest rather than one that no longer describes the shards (they would trust its
-        counts). A remote one cannot be removed here; readers refuse a shard that holds more
-        samples than it says."""
+    def _retire_earlier_manifest(self, shard: str) -> None:
+        """Remove the manifest an earlier run left where this one writes its own, when it
+        lists ``shard``, which this run's first shard is about to replace: should this run
+        fail, readers then find no manifest rather than one that no longer describes the
+        shards (they would trust its counts). Only a local manifest that this writer writes
+        itself (not through ``opener``) is removed; readers refuse a shard that holds more
+        samples than a manifest left in place says."""
         path = local_path(self.manifest_url) if self.manifest_url is not None else None
-        if path is None:
+        if path is None or self.opener is not None:
             return
+        try:
+            earlier = Manifest.load(path)
+        except ValueError:  # not a manifest any reader could use either
+            earlier = None
+        else:
+            if earlier is None or shard not in {entry.name for entry in earlier.shards}:
+                return
         try:
             os.unlink(path)
         except FileNotFoundError:
