@@ -412,19 +412,22 @@ def test_pbm_and_msgpack_encoders():
         assert Image.open(tar.extractfile("k.ppm")).mode == "RGB"
 
 
-def test_a_sample_with_the_key_just_written_is_refused(tmp_path):
-    """Two samples in a row with one key would read back as one (webdataset's reader merges
-    them and fails on the repeated field): the second is refused, and the shard reads back
-    as written. The same key later on, after another, reads back as two samples: allowed."""
+def test_a_sample_repeating_a_field_of_the_key_just_written_is_refused(tmp_path):
+    """Readers take consecutive members of one key for one sample: a next write with that key
+    may add fields (webdataset reads them as one sample), not repeat one (webdataset's reader
+    fails on it), which is refused. The same key later on, after another, is a second sample."""
     path = str(tmp_path / "dup.tar")
     with TarWriter(path) as writer:
         writer.write({"__key__": "1", "txt": "hello"})
-        with pytest.raises(EncodingError, match="the sample written just before has the same key"):
-            writer.write({"__key__": "1", "txt": "again"})
+        with pytest.raises(
+            EncodingError, match="the sample written just before has the same key and this field"
+        ):
+            writer.write({"__key__": "1", "txt": "again", "cls": 3})
+        writer.write({"__key__": "1", "cls": 1})
         writer.write({"__key__": "2", "txt": "two"})
         writer.write({"__key__": "1", "txt": "later"})
-    read = [(s["__key__"], s["txt"]) for s in wds.WebDataset(path, shardshuffle=False)]
-    assert read == [("1", b"hello"), ("2", b"two"), ("1", b"later")]
+    read = [(s["__key__"], s["txt"], s.get("cls")) for s in wds.WebDataset(path, shardshuffle=False)]
+    assert read == [("1", b"hello", b"1"), ("2", b"two", None), ("1", b"later", None)]
 
 
 def test_a_commit_on_a_full_disk_leaves_no_temporary_file(tmp_path):

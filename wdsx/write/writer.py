@@ -307,7 +307,10 @@ class TarWriter(_FileWriter):
         self.count = 0
         """Samples written."""
         self._last_key: str | None = None
-        """The key of the sample written last: the next one may not have it too."""
+        self._last_fields: set[str] = set()
+        """The key of the sample written last, and the fields written under it: readers group
+        consecutive members of one key into one sample, so a next sample with that key may add
+        fields to it, but not repeat one."""
 
     def write(self, obj: dict[str, Any]) -> int:
         """Write one sample; returns its payload bytes (headers and padding not counted).
@@ -324,11 +327,15 @@ class TarWriter(_FileWriter):
             else:
                 key, members = self._names.members(obj)
                 encoded = self.encoder(obj)
-            if key == self._last_key:
+            fields = {field for field, _ in members}
+            if key == self._last_key and not fields.isdisjoint(self._last_fields):
+                field = min(fields & self._last_fields)
                 raise EncodingError(
-                    "the sample written just before has the same key: readers would take the two "
-                    "for one sample (a duplicate field, or the fields of both merged)",
+                    "the sample written just before has the same key and this field too: readers "
+                    "take consecutive members of one key for one sample, which would hold the field "
+                    "twice (an error on reading)",
                     key,
+                    field,
                 )
             chunks: list[_Bytes] = []
             total = 0
@@ -345,7 +352,9 @@ class TarWriter(_FileWriter):
             raise
         self._put(chunks)
         self.count += 1
-        self._last_key = key
+        if key != self._last_key:
+            self._last_key, self._last_fields = key, set()
+        self._last_fields |= fields
         return total
 
     @functools.cached_property
