@@ -301,3 +301,8 @@ def test_an_unset_variable_in_a_pattern_is_a_one_line_error(capsys, monkeypatch)
 def test_counts_and_sizes_below_one_are_usage_errors(arguments, capsys):
     assert cli.main(arguments) == 2
     assert "must be at least 1" in capsys.readouterr().err
+
+
+def test_bench_weights_without_a_mixture_are_refused(capsys):
+    assert cli.main(["bench", "x.tar", "--weights", "1,2"]) == 1
+    assert "name the datasets to mix with --mix-with" in one_line_error(capsys)

@@ -59,6 +59,8 @@ def _tagged(sample: dict[str, Any], number: int) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.weights and not args.mix_with:
+        raise ValueError("--weights are the mixture's: name the datasets to mix with --mix-with")
     dataset = _source(args.shards, args)
     if args.mix_with:
         weights = [float(w) for w in args.weights.split(",")] if args.weights else None
