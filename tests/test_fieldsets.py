@@ -371,3 +371,22 @@ def test_a_field_set_on_the_demo_shards_resumes_exactly_and_a_deleted_key_is_nam
     with pytest.raises(ShardError) as caught:
         list(wdsx.WebDataset(urls, shardshuffle=False, fields=[str(tmp_path / "sizes")]))
     assert caught.value.url == field_shard and repr(deleted) in str(caught.value)
+
+
+def test_skip_mode_refuses_a_key_held_by_two_samples(tmp_path):
+    """Joined by key, two samples of one key cannot be told apart: refused, in the field shard
+    (both got fields) and in the base shard (one did), naming the shard and the offset."""
+    base_dir = tmp_path / "base"
+    base_dir.mkdir()
+    url = write_tar(str(base_dir / "part-000000.tar"), [("a.txt", b"0"), ("b.txt", b"1"), ("a.txt", b"2")])
+    cases = (("both", ["a", "b", "a"], "field shard"), ("one", ["a", "b", "c"], "base shard"))
+    for name, keys, shard in cases:
+        listed = Shards(str(base_dir), [url], keys, [3])
+        write_field_set_by_hand(str(tmp_path / name), listed, base_sha256=sha256_of(url))
+        fields = [str(tmp_path / name / "captions.manifest.json")]
+        with pytest.raises(ShardError, match=f"key 'a' is held by two samples of the {shard}") as caught:
+            list(wdsx.WebDataset(url, manifest=False, fields=fields, missing_fields="skip"))
+        where = str(tmp_path / name / "part-000000.tar") if shard == "field shard" else url
+        with tarfile.open(where) as tar:
+            second_a = tar.getmembers()[2].offset
+        assert caught.value.url == where and caught.value.offset == second_a

@@ -296,24 +296,43 @@ class _Keyed:
     def __init__(self, stream: _FieldStream, settings: ReadSettings):
         self.stream = stream
         self.index = key_positions(stream.url, settings)
+        self.joined: set[str] = set()
+        """The keys of the base samples joined so far in this pass over the base shard."""
 
     def fields_for(self, sample: dict[str, Any]) -> dict[str, Any] | None:
-        position = self.index.get(sample["__key__"])
-        return None if position is None else self.stream.at(position)
+        key = sample["__key__"]
+        position = self.index.get(key)
+        if position is None:
+            return None
+        if key in self.joined:
+            raise ShardError(sample[POSITION].url, sample[POSITION].offset, _twice(key, "base shard"))
+        self.joined.add(key)
+        return self.stream.at(position)
 
     def finish(self, base_samples: int) -> None:
         pass
 
 
 def key_positions(url: str, settings: ReadSettings) -> dict[str, Position]:
-    """Where each sample of the shard at ``url`` starts, by key (the first, for a key seen
-    twice), from its tar headers."""
+    """Where each sample of the field shard at ``url`` starts, by key, from its tar headers;
+    a key held by two samples is a :class:`ShardError` (a join by key cannot tell which base
+    sample each belongs to)."""
     names = member_names(url, settings.options, settings.max_member)
     members = ((name, offset, b"") for name, offset in names)
     positions: dict[str, Position] = {}
     for sample in group_members(members, url, Cursor(0, 0)):
-        positions.setdefault(sample["__key__"], sample[POSITION])
+        position = positions.setdefault(sample["__key__"], sample[POSITION])
+        if position is not sample[POSITION]:
+            raise ShardError(url, sample[POSITION].offset, _twice(sample["__key__"], "field shard"))
     return positions
+
+
+def _twice(key: str, shard: str) -> str:
+    return (
+        f"key {key!r} is held by two samples of the {shard}: missing_fields='skip' joins by key and "
+        "cannot tell which fields belong to which; give the samples distinct keys, or join in order "
+        "with missing_fields='error'"
+    )
 
 
 def member_names(
