@@ -94,7 +94,26 @@ def test_verify_notices_a_stale_index(corpora, tmp_path, capsys):
     with open(url, "a") as stream:
         stream.write('{"late": true}\n')
     assert cli.main(["verify", url]) == 1
-    assert "does not match the shard" in capsys.readouterr().out
+    assert "the shard was rewritten since" in capsys.readouterr().out  # the index knows its size
+
+
+def test_a_rewritten_shard_never_meets_the_index_of_the_one_it_replaced(corpora, tmp_path):
+    """A writer that replaces a shard removes the offset index beside it; an index whose shard
+    changed size under it is refused. Random access then gives what streaming gives."""
+    url = str(shutil.copy(corpora["jsonl"][0], tmp_path / "part-0000.jsonl"))
+    assert cli.main(["index", url]) == 0
+    with wdsx.JsonlWriter(url) as writer:  # the same number of lines, other lengths
+        for i in range(len(list(wdsx.WebDataset(url, shardshuffle=False)))):
+            writer.write({"i": i, "pad": "x" * (i % 5)})
+    assert not os.path.exists(url + ".idx")
+    streamed = [s["json"] for s in wdsx.WebDataset(url, shardshuffle=False)]
+    indexed = wdsx.IndexedDataset(url)
+    assert [indexed[i]["json"] for i in range(len(indexed))] == streamed
+    assert cli.main(["index", url]) == 0
+    with open(url, "a") as stream:
+        stream.write('{"late": true}\n')
+    with pytest.raises(wdsx.ShardError, match="the shard was rewritten since"):
+        wdsx.IndexedDataset(url)[0]
 
 
 def publish_http(server, urls, folder):

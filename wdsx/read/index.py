@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import zlib
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ from wdsx.read.shard import ReadSettings, bytes_left, read_piece
 from wdsx.read.sizes import SIZES, columns, measure_sample, row
 from wdsx.read.tar import scan_headers
 from wdsx.sources import DEFAULT_OPTIONS, SourceOptions, open_sink, open_source, scheme_of
+from wdsx.sources.local import local_path
 from wdsx.sources.urls import without_query
 
 FORMAT = "wdsx-offsets"
@@ -96,6 +98,9 @@ class ShardIndex:
     sizes: dict[str, np.ndarray] | None = None
     """One column of ``samples`` numbers per measure (``-1``: absent); None when the index was
     written without ``--sizes``."""
+    shard_bytes: int | None = None
+    """The size of the shard it was made from, where known (a local shard): a shard of
+    another size was rewritten since, and the offsets no longer hold."""
 
     @property
     def samples(self) -> int:
@@ -122,6 +127,8 @@ class ShardIndex:
         kind, packed = _pack(np.diff(self.offsets, prepend=0))
         record: dict[str, Any] = {"format": FORMAT, "version": VERSION, "shard": self.name}
         record |= {"samples": self.samples, "dtype": kind, "offsets": packed}
+        if self.shard_bytes is not None:
+            record["bytes"] = self.shard_bytes
         if self.sizes is not None:
             record["sizes"] = {
                 name: dict(zip(("dtype", "values"), _pack(column))) for name, column in self.sizes.items()
@@ -143,9 +150,12 @@ class ShardIndex:
                 raise ValueError(f"unsupported offset index version {data.get('version')!r}")
             offsets = _offsets(data, limit)
             sizes = _sizes(data, limit - 8 * len(offsets))
+            shard_bytes = data.get("bytes")
+            if shard_bytes is not None and (type(shard_bytes) is not int or shard_bytes < 0):
+                raise ValueError(f"its shard size {shard_bytes!r} is not a byte count")
         except (ValueError, KeyError, TypeError, zlib.error) as exn:
             raise ValueError(f"{url}: {exn}") from exn
-        return cls(str(data["shard"]), offsets, sizes)
+        return cls(str(data["shard"]), offsets, sizes, shard_bytes)
 
     def write(self, url: str, options: SourceOptions | None = None) -> None:
         """Write this index beside the shard at ``url``."""
@@ -207,11 +217,26 @@ def _sizes(data: dict[str, Any], limit: int) -> dict[str, np.ndarray] | None:
 
 
 def load_index(url: str, options: SourceOptions | None = None) -> ShardIndex | None:
-    """The index written beside the shard at ``url``, or None when there is none."""
+    """The index written beside the shard at ``url``, or None when there is none. An index
+    made from a local shard of another size is a :class:`ShardError`: the shard was rewritten
+    since."""
     target = index_url(url)
     text = read_if_present(target, options)
     limit = (options or DEFAULT_OPTIONS).max_companion_bytes
-    return None if text is None else ShardIndex.from_json(text, target, limit)
+    if text is None:
+        return None
+    index = ShardIndex.from_json(text, target, limit)
+    path = local_path(url)
+    if index.shard_bytes is not None and path is not None:
+        size = os.path.getsize(path)
+        if size != index.shard_bytes:
+            raise ShardError(
+                url,
+                None,
+                f"its offset index {target} was made from a shard of {index.shard_bytes} bytes, and it "
+                f"now has {size}: the shard was rewritten since; write its index again with `wdsx index`",
+            )
+    return index
 
 
 def _ending(
@@ -241,7 +266,8 @@ def scan_index(
             starts = [offset for _, offset in sample_starts(_ending(headers, end))]
             offsets = np.array([*starts, end[0]], dtype=np.int64)
     measured = scan_sizes(url, len(offsets) - 1, options, list_fields) if sizes else None
-    return ShardIndex(shard_name(url), offsets, measured)
+    path = local_path(url)
+    return ShardIndex(shard_name(url), offsets, measured, os.path.getsize(path) if path else None)
 
 
 def scan_sizes(

@@ -30,6 +30,7 @@ import secrets
 import socket
 import time
 
+from wdsx.read.index import SUFFIX as INDEX_SUFFIX
 from wdsx.sources import Sink, SourceOptions, local_path, open_sink, rewrite_url
 
 log = logging.getLogger("wdsx")
@@ -79,6 +80,9 @@ class PartialFileSink(Sink):
             self.abort()
             raise
         self._file.close()
+        # an offset index beside the shard described the file this one replaced
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path + INDEX_SUFFIX)
 
     def abort(self) -> None:
         # Closing flushes what is buffered, which fails again on a full disk; the descriptor is
