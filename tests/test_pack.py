@@ -154,6 +154,17 @@ def test_bad_arguments_and_documents_are_refused():
         list(wdsx.pack("tokens", 8)([{"text": "x"}]))
 
 
+@pytest.mark.parametrize(("dtype", "tokens"), [(np.int16, [1, 40000]), (np.uint16, [-5, 3])])
+def test_tokens_a_dtype_cannot_hold_are_refused_not_wrapped(dtype, tokens):
+    with pytest.raises(ValueError, match="which dtype u?int16 cannot hold"):
+        list(wdsx.pack("tokens", 8, dtype=dtype)([{"__key__": "a", "tokens": tokens}]))
+    with pytest.raises(ValueError, match="pad -1 does not fit dtype uint16"):
+        wdsx.pack("tokens", 8, pad=-1, dtype=np.uint16)
+    fitting = [{"__key__": "b", "tokens": np.array([1, 30000], dtype=np.int64)}]
+    row = next(iter(wdsx.pack("tokens", 4, dtype=np.int16)(fitting)))
+    assert row["tokens"].dtype == np.int16 and row["tokens"].tolist() == [1, 30000, 0, 0]
+
+
 def test_collate_packed_gives_varlen_boundaries_over_the_flattened_batch():
     documents = [{"__key__": str(n), "tokens": np.full(n, n)} for n in (3, 4, 2, 5)]
     rows = list(wdsx.pack("tokens", 6, split=False)(documents))

@@ -62,6 +62,9 @@ class Pack(Stage):
         self.dtype = np.dtype(dtype)
         if self.dtype.kind not in "iu":
             raise ValueError(f"pack: dtype must be an integer type, got {self.dtype}")
+        self.limits = np.iinfo(self.dtype)
+        if not self.limits.min <= pad <= self.limits.max:
+            raise ValueError(f"pack: pad {pad} does not fit dtype {self.dtype.name}")
         self.field = field
         self.length = length
         self.strategy = strategy
@@ -122,6 +125,12 @@ class Pack(Stage):
                 f"got shape {tokens.shape} of {tokens.dtype}"
             )
         key = sample.get("__key__")
+        if tokens.size and not can_hold(self.limits, tokens):
+            raise ValueError(
+                f"pack: document {key!r} holds tokens from {tokens.min()} to {tokens.max()}, which "
+                f"dtype {self.dtype.name} cannot hold ({self.limits.min} to {self.limits.max}): a wider "
+                "dtype keeps them"
+            )
         if not self.split and len(tokens) > self.length:
             if self.overlong == "error":
                 raise ValueError(
@@ -151,6 +160,14 @@ class Pack(Stage):
                     # read: emitted counts only grow, so the largest is the current one.
                     partly[position] = max(start, partly.get(position, 0))
         return PackState(skips=partly).to_json(table) if partly else None
+
+
+def can_hold(limits: np.iinfo, tokens: np.ndarray) -> bool:
+    """Whether every token fits the integer type of ``limits`` (compared as Python ints, which
+    no dtype can wrap)."""
+    if np.can_cast(tokens.dtype, limits.dtype, casting="safe"):
+        return True
+    return limits.min <= int(tokens.min()) and int(tokens.max()) <= limits.max
 
 
 def pack(
