@@ -66,8 +66,14 @@ def test_every_sample_equals_the_streaming_read(corpora, kind, with_index, tmp_p
     for index in random.Random(0).sample(range(len(dataset)), len(dataset)):
         assert_same(dataset[index], expected[index])
     assert_same(dataset[-1], expected[-1])
-    with pytest.raises(IndexError):
+    assert_same(dataset[np.int64(0)], expected[0])
+    with pytest.raises(IndexError, match=f"sample index {len(dataset)} out of range"):
         dataset[len(dataset)]
+    with pytest.raises(IndexError, match=f"sample index {-len(dataset) - 1} out of range"):
+        dataset[-len(dataset) - 1]
+    for wrong in (1.5, "3", slice(0, 2)):
+        with pytest.raises(TypeError, match="a sample index is an int"):
+            dataset[wrong]
 
 
 def test_the_index_is_small_and_follows_the_shard(corpora):

@@ -110,11 +110,15 @@ class IndexedDataset:
         return int(self.starts[-1])
 
     def shard_of(self, index: int) -> tuple[int, int]:
-        """``(shard number, ordinal in the shard)`` of sample ``index``."""
+        """``(shard number, ordinal in the shard)`` of sample ``index`` (an int, or a numpy
+        integer: what samplers give; negative counts from the end, as for a list)."""
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+            raise TypeError(f"a sample index is an int, not a {type(index).__name__} ({index!r})")
+        given, index = index, int(index)
         if index < 0:
             index += len(self)
         if not 0 <= index < len(self):
-            raise IndexError(f"sample index {index} out of range for {len(self)} samples")
+            raise IndexError(f"sample index {given} out of range for {len(self)} samples")
         shard = int(np.searchsorted(self.starts, index, side="right")) - 1
         return shard, index - int(self.starts[shard])
 
