@@ -163,6 +163,9 @@ def test_tokens_a_dtype_cannot_hold_are_refused_not_wrapped(dtype, tokens):
     fitting = [{"__key__": "b", "tokens": np.array([1, 30000], dtype=np.int64)}]
     row = next(iter(wdsx.pack("tokens", 4, dtype=np.int16)(fitting)))
     assert row["tokens"].dtype == np.int16 and row["tokens"].tolist() == [1, 30000, 0, 0]
+    cut = [{"__key__": "c", "tokens": [1, 2, 3, 4, 99999]}]  # the token too big is cut off
+    row = next(iter(wdsx.pack("tokens", 4, split=False, dtype=np.int16)(cut)))
+    assert row["tokens"].tolist() == [1, 2, 3, 4]
 
 
 def test_collate_packed_gives_varlen_boundaries_over_the_flattened_batch():

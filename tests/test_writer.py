@@ -430,6 +430,20 @@ def test_a_sample_repeating_a_field_of_the_key_just_written_is_refused(tmp_path)
     assert read == [("1", b"hello", b"1"), ("2", b"two", None), ("1", b"later", None)]
 
 
+def test_the_manifest_counts_samples_as_readers_do(tmp_path):
+    """Fields added under the key just written join its sample, and a write with nothing to
+    write is no sample: the manifest's counts are what webdataset reads back."""
+    pattern = str(tmp_path / "s-%d.tar")
+    with ShardWriter(pattern, verbose=0) as sink:
+        sink.write({"__key__": "a", "txt": "x"})
+        sink.write({"__key__": "a", "cls": 1})
+        sink.write({"__key__": "b", "__meta__": "not written"})
+        sink.write({"__key__": "c", "txt": "y"})
+    read = [s["__key__"] for s in wds.WebDataset(pattern % 0, shardshuffle=False)]
+    manifest = Manifest.load(str(tmp_path / "s.manifest.json"))
+    assert read == ["a", "c"] and [entry.samples for entry in manifest.shards] == [len(read)]
+
+
 def test_a_commit_on_a_full_disk_leaves_no_temporary_file(tmp_path):
     from wdsx.errors import SourceError
     from wdsx.sources.local import LocalSink

@@ -19,6 +19,7 @@ shards and the samples inside each), so that consecutive reads hit the same file
 from __future__ import annotations
 
 import io
+import operator
 import os
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
@@ -110,11 +111,16 @@ class IndexedDataset:
         return int(self.starts[-1])
 
     def shard_of(self, index: int) -> tuple[int, int]:
-        """``(shard number, ordinal in the shard)`` of sample ``index`` (an int, or a numpy
-        integer: what samplers give; negative counts from the end, as for a list)."""
-        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
-            raise TypeError(f"a sample index is an int, not a {type(index).__name__} ({index!r})")
-        given, index = index, int(index)
+        """``(shard number, ordinal in the shard)`` of sample ``index`` (an int, a numpy
+        integer or a 0-d integer tensor: what samplers give; negative counts from the end, as
+        for a list)."""
+        try:
+            if isinstance(index, (bool, np.bool_)):
+                raise TypeError
+            number = operator.index(index)  # an int, a numpy integer, a 0-d integer tensor
+        except TypeError:
+            raise TypeError(f"a sample index is an int, not a {type(index).__name__} ({index!r})") from None
+        given = index = number
         if index < 0:
             index += len(self)
         if not 0 <= index < len(self):

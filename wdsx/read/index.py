@@ -32,6 +32,7 @@ A reader asked for sizes finds a sample's row by the byte offset it starts at
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import zlib
@@ -52,7 +53,7 @@ from wdsx.read.samples import POSITION, Cursor, sample_starts
 from wdsx.read.shard import ReadSettings, bytes_left, read_piece
 from wdsx.read.sizes import SIZES, columns, measure_sample, row
 from wdsx.read.tar import scan_headers
-from wdsx.sources import DEFAULT_OPTIONS, SourceOptions, open_sink, open_source, scheme_of
+from wdsx.sources import DEFAULT_OPTIONS, SourceOptions, open_sink, open_source, rewrite_url, scheme_of
 from wdsx.sources.local import local_path
 from wdsx.sources.urls import without_query
 
@@ -99,8 +100,12 @@ class ShardIndex:
     """One column of ``samples`` numbers per measure (``-1``: absent); None when the index was
     written without ``--sizes``."""
     shard_bytes: int | None = None
-    """The size of the shard it was made from, where known (a local shard): a shard of
-    another size was rewritten since, and the offsets no longer hold."""
+    """The size of the shard it was made from, where known (a local shard)."""
+    shard_ends: str | None = None
+    """A hash of that shard's first and last bytes (:func:`shard_ends`): with the size, what
+    tells the shard the index was made from from one rewritten in its place since (a
+    rewritten tar shard often keeps its size, padded to whole 10240-byte records; a copy
+    that keeps the bytes keeps the index)."""
 
     @property
     def samples(self) -> int:
@@ -129,6 +134,8 @@ class ShardIndex:
         record |= {"samples": self.samples, "dtype": kind, "offsets": packed}
         if self.shard_bytes is not None:
             record["bytes"] = self.shard_bytes
+        if self.shard_ends is not None:
+            record["ends"] = self.shard_ends
         if self.sizes is not None:
             record["sizes"] = {
                 name: dict(zip(("dtype", "values"), _pack(column))) for name, column in self.sizes.items()
@@ -150,12 +157,14 @@ class ShardIndex:
                 raise ValueError(f"unsupported offset index version {data.get('version')!r}")
             offsets = _offsets(data, limit)
             sizes = _sizes(data, limit - 8 * len(offsets))
-            shard_bytes = data.get("bytes")
+            shard_bytes, ends = data.get("bytes"), data.get("ends")
             if shard_bytes is not None and (type(shard_bytes) is not int or shard_bytes < 0):
                 raise ValueError(f"its shard size {shard_bytes!r} is not a byte count")
+            if ends is not None and not isinstance(ends, str):
+                raise ValueError(f"its shard hash {ends!r} is not text")
         except (ValueError, KeyError, TypeError, zlib.error) as exn:
             raise ValueError(f"{url}: {exn}") from exn
-        return cls(str(data["shard"]), offsets, sizes, shard_bytes)
+        return cls(str(data["shard"]), offsets, sizes, shard_bytes, ends)
 
     def write(self, url: str, options: SourceOptions | None = None) -> None:
         """Write this index beside the shard at ``url``."""
@@ -218,25 +227,46 @@ def _sizes(data: dict[str, Any], limit: int) -> dict[str, np.ndarray] | None:
 
 def load_index(url: str, options: SourceOptions | None = None) -> ShardIndex | None:
     """The index written beside the shard at ``url``, or None when there is none. An index
-    made from a local shard of another size is a :class:`ShardError`: the shard was rewritten
-    since."""
+    made from another local shard of that name (of another size, or other first or last
+    bytes) is a :class:`ShardError`: the shard was rewritten since."""
     target = index_url(url)
     text = read_if_present(target, options)
     limit = (options or DEFAULT_OPTIONS).max_companion_bytes
     if text is None:
         return None
     index = ShardIndex.from_json(text, target, limit)
-    path = local_path(url)
-    if index.shard_bytes is not None and path is not None:
-        size = os.path.getsize(path)
-        if size != index.shard_bytes:
-            raise ShardError(
-                url,
-                None,
-                f"its offset index {target} was made from a shard of {index.shard_bytes} bytes, and it "
-                f"now has {size}: the shard was rewritten since; write its index again with `wdsx index`",
-            )
+    path = local_path(rewrite_url(url))
+    if path is None or index.shard_bytes is None:
+        return index  # a remote shard, or an index written before indexes recorded their shard
+    try:
+        now = (os.path.getsize(path), shard_ends(path) if index.shard_ends is not None else None)
+    except OSError:
+        return index  # reading the shard itself will say what is wrong with it
+    if now != (index.shard_bytes, index.shard_ends):
+        raise ShardError(
+            url,
+            None,
+            f"its offset index {target} describes the shard as it was (its size, or its first or last "
+            "bytes, differ now): the shard was rewritten since; write its index again with `wdsx index`",
+        )
     return index
+
+
+ENDS = 1 << 16
+"""Bytes hashed at each end of a shard for :attr:`ShardIndex.shard_ends`."""
+
+
+def shard_ends(path: str) -> str:
+    """A hash of the first and last :data:`ENDS` bytes of the local file at ``path`` (of all of
+    it when smaller): two reads however big the shard."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        digest.update(file.read(ENDS))
+        if size > ENDS:
+            file.seek(max(ENDS, size - ENDS))
+            digest.update(file.read(ENDS))
+    return digest.hexdigest()[:32]
 
 
 def _ending(
@@ -266,8 +296,10 @@ def scan_index(
             starts = [offset for _, offset in sample_starts(_ending(headers, end))]
             offsets = np.array([*starts, end[0]], dtype=np.int64)
     measured = scan_sizes(url, len(offsets) - 1, options, list_fields) if sizes else None
-    path = local_path(url)
-    return ShardIndex(shard_name(url), offsets, measured, os.path.getsize(path) if path else None)
+    path = local_path(rewrite_url(url))
+    if path is None:
+        return ShardIndex(shard_name(url), offsets, measured)
+    return ShardIndex(shard_name(url), offsets, measured, os.path.getsize(path), shard_ends(path))
 
 
 def scan_sizes(

@@ -125,12 +125,6 @@ class Pack(Stage):
                 f"got shape {tokens.shape} of {tokens.dtype}"
             )
         key = sample.get("__key__")
-        if tokens.size and not can_hold(self.limits, tokens):
-            raise ValueError(
-                f"pack: document {key!r} holds tokens from {tokens.min()} to {tokens.max()}, which "
-                f"dtype {self.dtype.name} cannot hold ({self.limits.min} to {self.limits.max}): a wider "
-                "dtype keeps them"
-            )
         if not self.split and len(tokens) > self.length:
             if self.overlong == "error":
                 raise ValueError(
@@ -138,6 +132,12 @@ class Pack(Stage):
                     "(split=False, overlong='error')"
                 )
             tokens = tokens[: self.length]
+        if tokens.size and not can_hold(self.limits, tokens):
+            raise ValueError(
+                f"pack: document {key!r} holds tokens from {tokens.min()} to {tokens.max()}, which "
+                f"dtype {self.dtype.name} cannot hold ({self.limits.min} to {self.limits.max}): a wider "
+                "dtype keeps them"
+            )
         return Document(tokens, position, key)
 
     def replay(self, item: Any) -> Any:

@@ -75,14 +75,14 @@ class PartialFileSink(Sink):
             self._file.flush()
             os.fsync(self._file.fileno())
             os.chmod(self._temp, 0o644)
+            # an offset index beside the shard describes the file this one replaces
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path + INDEX_SUFFIX)
             os.replace(self._temp, self.path)  # renamed while still locked: no cleaner can interfere
         except BaseException:
             self.abort()
             raise
         self._file.close()
-        # an offset index beside the shard described the file this one replaced
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path + INDEX_SUFFIX)
 
     def abort(self) -> None:
         # Closing flushes what is buffered, which fails again on a full disk; the descriptor is

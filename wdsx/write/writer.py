@@ -305,7 +305,8 @@ class TarWriter(_FileWriter):
         )
         self._open(fileobj, compression_for(fileobj, compress), options)
         self.count = 0
-        """Samples written."""
+        """Samples written, as readers will count them: writes that add fields under the key
+        just written join its sample, and a write with no field to write is none."""
         self._last_key: str | None = None
         self._last_fields: set[str] = set()
         """The key of the sample written last, and the fields written under it: readers group
@@ -350,9 +351,11 @@ class TarWriter(_FileWriter):
         except EncodingError as exn:
             exn.located(self.url)
             raise
+        if not members:  # nothing to write: readers will see no sample (webdataset writes none too)
+            return 0
         self._put(chunks)
-        self.count += 1
-        if key != self._last_key:
+        if key != self._last_key:  # a new sample; fields under the key just written join its sample
+            self.count += 1
             self._last_key, self._last_fields = key, set()
         self._last_fields |= fields
         return total
