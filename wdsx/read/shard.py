@@ -233,14 +233,12 @@ def _read_tar(
             ),
             url,
             cursor,
-            stop=stop,
+            stop=stop if count is None or (stop is not None and stop < count) else count,
             rename_files=settings.rename_files,
             select_files=settings.select_files,
             extra=extra,
             handler=settings.handler,
         )
-        if count is not None:
-            samples = _within_count(samples, url, count)
         if offset is None or pad:
             for sample in samples:
                 if offset is None and sample[POSITION].ordinal < first:
@@ -252,6 +250,9 @@ def _read_tar(
             yield from samples
         if failure:
             raise failure[0]
+        if count is not None and not ended and cursor.ordinal >= count:
+            # grouping stopped at ``count`` at the start of one sample more
+            raise beyond_count(url, cursor.offset or 0, count)
         if count is not None and ended and cursor.ordinal < count:
             raise ShardError(
                 url,
@@ -261,15 +262,6 @@ def _read_tar(
             )
     finally:
         stream.close()
-
-
-def _within_count(samples: Iterator[dict[str, Any]], url: str, count: int) -> Iterator[dict[str, Any]]:
-    """``samples``, refusing one whose ordinal is past the shard's known ``count``."""
-    for sample in samples:
-        position = sample[POSITION]
-        if position.ordinal >= count:
-            raise beyond_count(url, position.offset, count)
-        yield sample
 
 
 def _watched(
