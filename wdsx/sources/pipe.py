@@ -26,7 +26,7 @@ from typing import IO
 from wdsx.core.env import secure_mode
 from wdsx.core.errors import RefusedError, SourceError
 from wdsx.sources.base import Sink, SourceOptions
-from wdsx.sources.stream import PolledStream
+from wdsx.sources.stream import PolledStream, close_quietly
 
 SECURE_MODE_REFUSAL = "gopen_pipe: unsafe_gopen is False, cannot open pipe URLs (secure mode, WDS_SECURE=1)"
 """Why secure mode refuses a ``pipe:`` URL, in webdataset's words first (code matches them)."""
@@ -65,14 +65,6 @@ def _start(
         )
     except OSError as exn:
         raise SourceError(url, f"cannot start command {command!r}: {exn}") from exn
-
-
-def _close_quietly(stream: IO[bytes] | None) -> None:
-    if stream is not None:
-        try:
-            stream.close()
-        except OSError:
-            pass
 
 
 def _reap(process: subprocess.Popen, patient: bool = True) -> None:
@@ -179,15 +171,8 @@ class PipeSource(PolledStream):
             ) from exn
         _check_status(self.url, self._process, status)
 
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = self._ended = True
-            _close_quietly(self._stream)
-            _reap(self._process)
-
-    def __del__(self) -> None:
-        if hasattr(self, "_closed"):
-            self.close()
+    def _release(self) -> None:
+        _reap(self._process)
 
 
 class PipeSink(Sink):
@@ -224,4 +209,4 @@ class PipeSink(Sink):
         if not self._finished:
             self._finished = True
             _reap(self._process, patient=False)
-            _close_quietly(self._stdin)
+            close_quietly(self._stdin)

@@ -91,10 +91,24 @@ class PolledStream(Source):
     def close(self) -> None:
         if not self._closed:
             self._closed = self._ended = True
-            try:
-                self._stream.close()
-            except OSError:
-                pass
+            close_quietly(self._stream)
+            self._release()
+
+    def _release(self) -> None:
+        """After the stream is closed: release what else its subclass holds (nothing by default)."""
+
+    def __del__(self) -> None:
+        if hasattr(self, "_closed"):
+            self.close()
+
+
+def close_quietly(stream: IO[bytes] | None) -> None:
+    """Close ``stream``, if any, ignoring a failure to (a pipe whose other end is gone)."""
+    if stream is not None:
+        try:
+            stream.close()
+        except OSError:
+            pass
 
 
 def is_stream_device(path: str) -> bool:
@@ -119,7 +133,3 @@ class DeviceSource(PolledStream):
         except OSError as exn:
             raise SourceError(url, f"cannot open: {exn.strerror or exn}") from exn
         self._start(url, os.fdopen(descriptor, "rb", buffering=0), offset, options or SourceOptions())
-
-    def __del__(self) -> None:
-        if hasattr(self, "_closed"):
-            self.close()

@@ -21,7 +21,7 @@ from wdsx.read.manifest import Manifest, ShardEntry, read_if_present
 from wdsx.sources import SourceOptions, local_path
 from wdsx.write.partial import write_whole
 
-__all__ = ["SECTION", "Records", "read_record", "record_url", "write_record"]
+__all__ = ["SECTION", "Records", "plan_of", "read_record", "record_url", "write_record"]
 
 SECTION = "write"
 """The manifest field that holds the plan's fingerprint and what each shard left out."""
@@ -56,10 +56,15 @@ def _is_complete(url: str, entry: dict) -> bool:
         return False
 
 
+def plan_of(manifest: Manifest) -> str | None:
+    """The fingerprint of the plan that wrote ``manifest`` (None: no ``write_dataset`` plan)."""
+    return manifest.extra.get(SECTION, {}).get("fingerprint")
+
+
 def _manifest_records(manifest_url: str, plan_id: str, options: SourceOptions | None) -> dict[str, dict]:
     """Shard name -> completion record, from the manifest of a finished run of the same plan."""
     manifest = Manifest.load(manifest_url, options)
-    if manifest is None or manifest.extra.get(SECTION, {}).get("fingerprint") != plan_id:
+    if manifest is None or plan_of(manifest) != plan_id:
         return {}
     skipped_by_shard = manifest.extra[SECTION].get("skipped_by_shard", {})
     return {

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from wdsx.read.manifest import Manifest, natural_key
 from wdsx.sources import SourceOptions, local_path
-from wdsx.write.records import SECTION, read_record, record_url
+from wdsx.write.records import plan_of, read_record, record_url
 
 __all__ = [
     "earlier_shards",
@@ -46,7 +46,7 @@ def earlier_shards(
     names: set[str] = set()
     for url in (manifest_url, set_aside_url(manifest_url)):
         manifest = Manifest.load(url, options)
-        if manifest is not None and manifest.extra.get(SECTION, {}).get("fingerprint") != plan_id:
+        if manifest is not None and plan_of(manifest) != plan_id:
             names.update(entry.name for entry in manifest.shards)
     names.update(_recorded_elsewhere(directory, plan_id))
     names -= {posixpath.basename(url) for url in urls}
@@ -70,7 +70,7 @@ def set_aside_earlier_manifest(manifest_url: str, plan_id: str, options: SourceO
     if path is None or aside is None:
         return
     manifest = Manifest.load(manifest_url, options)
-    if manifest is None or manifest.extra.get(SECTION, {}).get("fingerprint") == plan_id:
+    if manifest is None or plan_of(manifest) == plan_id:
         return
     try:
         os.replace(path, aside)
