@@ -9,6 +9,7 @@ Python's tarfile; each is read from a local file (whose size the reader knows) a
 from __future__ import annotations
 
 import contextlib
+import gzip
 import io
 import logging
 import random
@@ -251,6 +252,31 @@ def test_truncated_tgz_through_a_pipe_behaves_as_in_webdataset(tmp_path):
         for s in webdataset.WebDataset(url, shardshuffle=False, handler=webdataset.ignore_and_stop)
     ]
     assert ours == theirs and len(ours) > 5
+
+
+@pytest.mark.parametrize("trailing", ["gzip", "tar"])
+def test_data_after_the_archive_comes_after_its_last_sample(tmp_path, trailing):
+    """Bytes after a compressed stream's end, or a second archive after the first one's
+    end-of-archive marker: every sample of the archive is whole, so the default handler gets
+    all of them, the last one too, before the error, as webdataset (which stops at the marker)
+    gets them. The error names the marker's offset, and no member."""
+    whole = gz_shard(12)
+    if trailing == "gzip":
+        path, data = tmp_path / "shard.tar.gz", whole + b"not gzip" * 64
+    else:
+        path, data = tmp_path / "shard.tar", gzip.decompress(whole) * 2
+    path.write_bytes(data)
+    theirs = [s["__key__"] for s in webdataset.WebDataset(str(path), shardshuffle=False)]
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(whole)), mode="r|") as stream:
+        stream.getmembers()
+        marker = stream.offset  # where the header after the last member would be
+    ours = []
+    with pytest.raises(wdsx.ShardError) as caught:
+        for sample in wdsx.WebDataset(str(path), shardshuffle=False, manifest=False):
+            ours.append(sample["__key__"])
+    assert ours == theirs == [f"k{i:03d}" for i in range(12)]
+    assert caught.value.offset == marker and caught.value.member is None
+    assert "after the end-of-archive marker" in str(caught.value)
 
 
 def test_pax_headers_of_many_tiny_records_cost_their_bytes(tmp_path):

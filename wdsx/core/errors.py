@@ -66,6 +66,13 @@ class ShardError(WdsxError, tarfile.ReadError):
         super().__init__(f"{url}: {reason} ({name}{where})")
 
 
+class TrailingDataError(ShardError):
+    """Something other than zero padding follows a shard's end-of-archive marker: another
+    archive, whose samples would otherwise be lost unseen, or bytes after the end of its
+    compressed stream. Every sample before the marker is whole, and is delivered before this
+    is raised."""
+
+
 class NoSamplesError(ShardError, ValueError):
     """A reader read shards and found no sample in any of them: webdataset's "No samples found"
     error (a ValueError there too), naming the shards read."""

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from wdsx.core.errors import ShardError
+from wdsx.core.errors import ShardError, TrailingDataError
 from wdsx.state.position import Position
 
 POSITION = "__position__"
@@ -128,7 +128,8 @@ def group_members(
     (such as ``__local_path__``) are added to every sample. A second member with a sample's
     extension is a :class:`ShardError`, raised, or given to ``handler``: one that continues
     drops that member and reads on (the sample keeps its first, as on webdataset), one that
-    stops ends the stream (:class:`StreamStopped`).
+    stops ends the stream (:class:`StreamStopped`). Where the members end in a
+    :class:`TrailingDataError`, the last sample is yielded before it is raised.
     """
     sample: dict[str, Any] = {}
     key: str | None = None
@@ -138,52 +139,58 @@ def group_members(
         return
     plain = rename_files is None and select_files is None
     new_tuple = tuple.__new__  # Position(...) without its constructor's overhead, per sample
-    for name, offset, data in members:
-        # The common case of field_of(), inlined: this loop runs once per tar member. When the
-        # name's first dot is in its basename ("/" does not follow it) and the basename does
-        # not start with it, that dot splits key from extension; any other name takes field_of.
-        prefix, dot, ext = name.partition(".")
-        if (
-            plain
-            and dot
-            and "/" not in ext
-            and prefix[-1:] not in "/"
-            and name[:2] != "__"
-            and "\n" not in name
-        ):
-            ext = ext.lower()
-        else:
-            field = field_of(name, rename_files, select_files)
-            if field is None:
-                continue
-            prefix, ext = field
-        if prefix != key:
-            if key is not None:
-                ordinal += 1
-                cursor.offset = offset
-                cursor.ordinal = ordinal
-                if stop is not None and ordinal >= stop:
-                    cursor.done = True
+    try:
+        for name, offset, data in members:
+            # The common case of field_of(), inlined: this loop runs once per tar member. When the
+            # name's first dot is in its basename ("/" does not follow it) and the basename does
+            # not start with it, that dot splits key from extension; any other name takes field_of.
+            prefix, dot, ext = name.partition(".")
+            if (
+                plain
+                and dot
+                and "/" not in ext
+                and prefix[-1:] not in "/"
+                and name[:2] != "__"
+                and "\n" not in name
+            ):
+                ext = ext.lower()
+            else:
+                field = field_of(name, rename_files, select_files)
+                if field is None:
+                    continue
+                prefix, ext = field
+            if prefix != key:
+                if key is not None:
+                    ordinal += 1
+                    cursor.offset = offset
+                    cursor.ordinal = ordinal
+                    if stop is not None and ordinal >= stop:
+                        cursor.done = True
+                        yield sample
+                        return
                     yield sample
-                    return
-                yield sample
-            key = prefix
-            sample = {
-                "__key__": prefix,
-                "__url__": url,
-                ext: data,
-                POSITION: new_tuple(Position, (url, offset, ordinal, False)),
-            }
-            if extra:
-                sample.update(extra)
-        elif ext in sample:
-            error = ShardError(url, offset, f"duplicate extension {ext!r} in sample {prefix!r}", name)
-            if handler is None:
-                raise error
-            if not handler(error):
-                raise StreamStopped from error
-        else:
-            sample[ext] = data
+                key = prefix
+                sample = {
+                    "__key__": prefix,
+                    "__url__": url,
+                    ext: data,
+                    POSITION: new_tuple(Position, (url, offset, ordinal, False)),
+                }
+                if extra:
+                    sample.update(extra)
+            elif ext in sample:
+                error = ShardError(url, offset, f"duplicate extension {ext!r} in sample {prefix!r}", name)
+                if handler is None:
+                    raise error
+                if not handler(error):
+                    raise StreamStopped from error
+            else:
+                sample[ext] = data
+    except TrailingDataError:  # raised after the end of the archive: the sample held is whole
+        if key is not None:
+            cursor.ordinal, cursor.done = ordinal + 1, True
+            yield sample
+        raise
     cursor.done = True
     if key is not None:
         cursor.ordinal = ordinal + 1

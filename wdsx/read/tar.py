@@ -32,7 +32,7 @@ from collections.abc import Callable, Generator
 from typing import Any, Protocol, cast
 
 from wdsx.core.compression import DecompressionError
-from wdsx.core.errors import ShardError
+from wdsx.core.errors import ShardError, TrailingDataError
 from wdsx.core.limits import max_member_bytes
 from wdsx.core.streams import read_into
 from wdsx.read.tarheader import (
@@ -131,22 +131,26 @@ def _check_end(
     marker: int,
 ) -> None:
     """After the end-of-archive marker at ``marker`` only zero padding may follow, up to the
-    end of the stream and at most :data:`MAX_END_PADDING` bytes of it. ``view[first:filled]``
-    holds the bytes already read from offset ``at``."""
+    end of the stream and at most :data:`MAX_END_PADDING` bytes of it; anything else raises
+    :class:`TrailingDataError`. ``view[first:filled]`` holds the bytes already read from
+    offset ``at``."""
     while True:
         found = _first_nonzero(view[first:filled])
         if found >= 0:
-            raise ShardError(
+            raise TrailingDataError(
                 url, marker, f"data after the end-of-archive marker: byte {at + found} is not zero"
             )
         at += filled - first
         if at - marker > MAX_END_PADDING:
-            raise ShardError(
+            raise TrailingDataError(
                 url,
                 marker,
                 f"more than {MAX_END_PADDING >> 20} MiB of zero bytes after the end-of-archive marker",
             )
-        first, filled = 0, readinto(view)
+        try:
+            first, filled = 0, readinto(view)
+        except DecompressionError as exn:  # bytes after the compressed stream, or damage there
+            raise TrailingDataError(url, marker, f"after the end-of-archive marker: {exn}") from exn
         if not filled:
             return
 
