@@ -155,3 +155,24 @@ def test_the_default_allocator_recycles() -> None:
     array = allocate.empty(SHAPE, np.float32)
     assert array.shape == SHAPE and array.dtype == np.float32 and array.flags.writeable
     assert not allocate.shared()
+
+
+@pytest.mark.parametrize("shape", [(4, 4), SHAPE])
+def test_a_maker_allocates_as_empty_does(shape: tuple[int, ...]) -> None:
+    """A maker made while an allocator is installed uses it; made without, it makes arrays of
+    recycled memory (large) or plain numpy ones (small), as ``empty`` does."""
+    made = []
+
+    def installed(shape: tuple[int, ...], dtype: object) -> np.ndarray:
+        made.append(shape)
+        return np.zeros(shape, dtype)
+
+    allocate.install(installed)
+    try:
+        array = allocate.maker(shape, np.float32)()
+    finally:
+        allocate.install(None)
+    assert made == [shape] and array.shape == shape and array.dtype == np.float32
+    plain = allocate.maker(shape, np.float32)()
+    assert plain.shape == shape and plain.dtype == np.float32
+    assert (plain.base is not None) == (plain.nbytes >= RECYCLED_BYTES)  # a view of recycled memory

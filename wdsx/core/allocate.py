@@ -105,6 +105,18 @@ def empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     return _recycler.empty(shape, dtype)
 
 
+def maker(shape: tuple[int, ...], dtype: Any) -> Callable[[], np.ndarray]:
+    """A function that returns a new uninitialised array of ``shape`` and ``dtype`` each time it
+    is called, as :func:`empty` would, with the choice of allocator made once: a reader that
+    builds many batches of one shape (rows of ``.npy`` shards) saves that choice per batch."""
+    if _installed:
+        return functools.partial(_installed[0], shape, dtype)
+    dtype = np.dtype(dtype)
+    if math.prod(shape) * dtype.itemsize < RECYCLED_BYTES or dtype.hasobject:
+        return functools.partial(np.empty, shape, dtype)
+    return functools.partial(_recycler.empty, shape, dtype)
+
+
 def shared() -> bool:
     """True when a worker's shared-memory allocator is installed (batches built with
     :func:`empty` then skip a copy on their way out of the process)."""

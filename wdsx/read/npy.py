@@ -234,13 +234,6 @@ class Rows:
             raise IndexError(f"{self.url} has {len(self.array)} rows, not {index + 1}")
         return self.array[index, ...].copy()
 
-    def gather(self, rows: np.ndarray) -> np.ndarray:
-        """The rows at ``rows``, stacked into one new batch array (in a WebLoader worker, in
-        the shared memory the batch travels in: :mod:`wdsx.core.allocate`)."""
-        out = allocate.empty((len(rows), *self.array.shape[1:]), self.array.dtype)
-        # rows are in range by construction; numpy buffers ``out`` in its default "raise" mode
-        return self.array.take(rows, axis=0, out=out, mode="clip")
-
 
 def _mapped(url: str, fileno: int, header: NpyHeader) -> np.ndarray:
     """The rows of the open local shard ``fileno``, as a read-only array over a map of it."""
@@ -399,16 +392,17 @@ class ConstantColumns:
     """The columns of the fields that have one value on every row of a batch (the reader's
     extra fields, ``__local_path__`` and ``__pad__``, then its stamps), as
     ``default_collation_fn`` collates them: a list of the value, or an array of the number.
-    The columns of one batch size and one stamps dict are built once and copied for every
-    batch: a copy costs a fraction of building them, and a piece's batches all share both."""
+    The columns of one batch size and one stamps dict are built once, and each batch gets
+    copies of them: a copy costs a fraction of building them, and a piece's batches all share
+    both."""
 
     def __init__(self, fields: dict[str, Any] | None):
         self.fields = fields or {}
         self._stamps: dict[str, Any] | None = None
         self._columns: dict[int, list[tuple[str, list | np.ndarray]]] = {}
 
-    def add(self, batch: dict[str, Any], size: int, stamps: dict[str, Any] | None) -> None:
-        """Add the fields' and ``stamps``' columns of ``size`` rows to ``batch``."""
+    def columns(self, size: int, stamps: dict[str, Any] | None) -> list[tuple[str, list | np.ndarray]]:
+        """The fields' and ``stamps``' columns of ``size`` rows, by name (each batch copies them)."""
         if stamps is not self._stamps:  # holding ``stamps`` keeps its identity unique
             self._stamps, self._columns = stamps, {}
         columns = self._columns.get(size)
@@ -417,8 +411,7 @@ class ConstantColumns:
             columns = self._columns[size] = [
                 (name, _constant_column(value, size)) for name, value in fields.items()
             ]
-        for name, column in columns:
-            batch[name] = column.copy()
+        return columns
 
 
 def _constant_column(value: Any, size: int) -> list | np.ndarray:
@@ -456,9 +449,10 @@ class RowPiece(RowSource):
         return ordinal if self.order is None else int(self.order[ordinal])
 
     def _advance(self, ordinal: int) -> None:
-        cursor = self.cursor
+        cursor, order = self.cursor, self.order
         cursor.ordinal = ordinal
-        cursor.offset = self._row(ordinal) if ordinal < self.rows.count else ordinal
+        # (the row of the next ordinal, as :meth:`_row` says, written out: this runs per batch)
+        cursor.offset = ordinal if order is None or ordinal >= len(order) else int(order[ordinal])
         cursor.done = ordinal >= self.end
 
     def __iter__(self) -> RowPiece:
@@ -484,7 +478,7 @@ class RowPiece(RowSource):
         first = self.cursor.ordinal
         if first + size > self.end or (head is not None and not self.joins):
             return None
-        batch, positions = self._block(first, size, stamps)
+        batch, positions = self._builder(size, stamps)(self._rows_of(first, first + size), first)
         if head is not None:
             joined = join_columns(head, batch)
             if joined is None:
@@ -497,29 +491,49 @@ class RowPiece(RowSource):
     def batches(
         self, size: int, stamps: dict[str, Any] | None = None
     ) -> Iterator[tuple[dict[str, Any], Sequence[Position]]]:
-        cursor, last = self.cursor, self.end - size
-        while cursor.ordinal <= last:
-            first = cursor.ordinal
-            block = self._block(first, size, stamps)
-            self._advance(first + size)
+        first = self.cursor.ordinal
+        count = (self.end - first) // size
+        if count <= 0:
+            return
+        build = self._builder(size, stamps)
+        # every batch's rows at once, as one (count, size) array whose rows are the batches
+        for rows in self._rows_of(first, first + count * size).reshape(count, size):
+            block = build(rows, first)
+            first += size
+            self._advance(first)
             yield block
 
-    def _block(
-        self, first: int, size: int, stamps: dict[str, Any] | None
-    ) -> tuple[dict[str, Any], RowPositions]:
-        """The samples of ordinals ``[first, first + size)`` as one collated batch, with their
-        positions: the rows gathered in one step, keys and positions as lazy columns."""
-        rows = np.arange(first, first + size) if self.order is None else self.order[first : first + size]
-        url = self.rows.url
-        positions = RowPositions(url, rows, first, self.pad)
-        batch = {
-            "__key__": RowKeys(self.stem, rows),
-            "__url__": [url] * size,
-            "npy": self.rows.gather(rows),
-            POSITION: positions,
-        }
-        self.constants.add(batch, size, stamps)
-        return batch, positions
+    def _rows_of(self, first: int, stop: int) -> np.ndarray:
+        """The rows of ordinals ``[first, stop)``."""
+        return np.arange(first, stop) if self.order is None else self.order[first:stop]
+
+    def _builder(
+        self, size: int, stamps: dict[str, Any] | None
+    ) -> Callable[[np.ndarray, int], tuple[dict[str, Any], RowPositions]]:
+        """A function that collates the ``size`` samples of rows ``rows`` (of ordinals from
+        ``first`` on) into one batch, with their positions: the rows gathered in one step,
+        keys and positions as lazy columns. What every batch of a piece shares is worked out
+        once here, for a piece hands out hundreds of batches."""
+        array, url, stem, pad = self.rows.array, self.rows.url, self.stem, self.pad
+        # (in a WebLoader worker, the batch's array lies in the shared memory it travels in)
+        take, empty = array.take, allocate.maker((size, *array.shape[1:]), array.dtype)
+        urls, constants = [url] * size, self.constants.columns(size, stamps)
+
+        def build(rows: np.ndarray, first: int) -> tuple[dict[str, Any], RowPositions]:
+            positions = RowPositions(url, rows, first, pad)
+            batch = {
+                "__key__": RowKeys(stem, rows),
+                "__url__": urls.copy(),
+                # rows are in range by construction; numpy would buffer ``out`` in its default
+                # "raise" mode
+                "npy": take(rows, axis=0, out=empty(), mode="clip"),
+                POSITION: positions,
+            }
+            for name, column in constants:
+                batch[name] = column.copy()
+            return batch, positions
+
+        return build
 
     def close(self) -> None:
         """Nothing to release: the rows are a memory map or bytes in memory."""

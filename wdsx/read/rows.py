@@ -73,7 +73,7 @@ class RowKeys(RowColumn[str]):
     """The ``__key__`` column: ``<shard stem>/<row>`` for each row."""
 
     def __init__(self, stem: str, rows: np.ndarray):
-        super().__init__(rows)
+        self.rows = rows  # (RowColumn's __init__, written out: a batch makes two columns)
         self.stem = stem
 
     def item(self, index: int) -> str:
@@ -89,7 +89,7 @@ class RowPositions(RowColumn[Position]):
     sample of ordinal ``first + i``."""
 
     def __init__(self, url: str, rows: np.ndarray, first: int, pad: bool = False):
-        super().__init__(rows)
+        self.rows = rows
         self.url = url
         self.first = first
         self.pad = pad
