@@ -101,6 +101,20 @@ def test_the_switch_allows_pickle_but_secure_mode_overrides_it(pickles, monkeypa
     assert RAN == []
 
 
+@pytest.mark.parametrize("value", ["false", "no", "off", "yes", "true"])
+def test_a_switch_value_that_is_not_1_or_0_unpickles_nothing(pickles, monkeypatch, value):
+    """``WDSX_ALLOW_PICKLE=false`` must not read as yes: only ``1`` allows, and any other
+    value but ``0`` or empty is an error naming the variable, before anything is unpickled."""
+    monkeypatch.setenv("WDSX_ALLOW_PICKLE", value)
+    with pytest.raises(Exception, match=f"WDSX_ALLOW_PICKLE={value!r}"):
+        list(wdsx.WebDataset(pickles, manifest=False).decode())
+    assert RAN == []
+    monkeypatch.setenv("WDSX_ALLOW_PICKLE", "0")
+    with pytest.raises(Exception, match="WDSX_ALLOW_PICKLE"):
+        list(wdsx.WebDataset(pickles, manifest=False).decode())
+    assert RAN == []
+
+
 def test_pth_fields_load_weights_only_by_default(tmp_path, monkeypatch):
     weights = write_tar(str(tmp_path / "w.tar"), [("a.pth", pth({"w": torch.ones(3)}))])
     (sample,) = wdsx.WebDataset(weights, manifest=False).decode()

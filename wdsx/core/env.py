@@ -22,6 +22,8 @@ whatever code its author put there."""
 
 
 def _flag(name: str) -> bool:
+    """An on/off variable that is on unless unset, empty or ``0``: a stray value (``false``)
+    turns it on, which for ``WDS_SECURE`` is the safe side."""
     return os.environ.get(name, "0") not in ("", "0")
 
 
@@ -34,8 +36,15 @@ def secure_mode() -> bool:
 
 
 def pickle_allowed() -> bool:
-    """Whether decoders may unpickle: :data:`ALLOW_PICKLE` is set and secure mode is off."""
-    return _flag(ALLOW_PICKLE) and not secure_mode()
+    """Whether decoders may unpickle: :data:`ALLOW_PICKLE` is ``1`` and secure mode is off.
+    Any value but ``1``, ``0`` or empty is refused with a ValueError: ``false`` or ``no`` must
+    not read as yes, nor ``yes`` as no, in the switch that lets a shard run code."""
+    value = os.environ.get(ALLOW_PICKLE, "")
+    if value not in ("", "0", "1"):
+        raise ValueError(
+            f"{ALLOW_PICKLE}={value!r}: set it to 1 to let decoders unpickle, or to 0 (or unset it) to refuse"
+        )
+    return value == "1" and not secure_mode()
 
 
 def seed_number(seed: int | str) -> int:

@@ -527,8 +527,9 @@ def _upgrade_worker(dataset: DataPipeline, state: JsonDict) -> JsonDict:
 
 
 class WebLoader(DataPipeline):
-    """``torch.utils.data.DataLoader(dataset, ...)`` with webdataset's fluent methods, exact
-    ``state_dict()`` / ``load_state_dict()``, and rank-aware reading for multi-node jobs.
+    """A ``torch.utils.data.DataLoader(dataset, ...)``, wrapped (as webdataset's is: not a
+    subclass), with webdataset's fluent methods, exact ``state_dict()`` /
+    ``load_state_dict()``, and rank-aware reading for multi-node jobs.
 
     Takes the DataLoader's arguments. Stages added with the fluent methods (``.unbatched()``,
     ``.shuffle(n)``, ``.batched(b)``...) run in the main process on what the workers deliver.
