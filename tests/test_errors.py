@@ -134,3 +134,22 @@ def test_resuming_through_a_stream_that_returns_short_reads(tmp_path, monkeypatc
     assert state["stages"]["reader"]["offset"] == offsets[3]
     resumed.load_state_dict(state)
     assert first + [s["__key__"] for s in resumed] == data.keys
+
+
+@pytest.mark.parametrize("case", ["missing shard", "duplicate member"])
+def test_code_catching_webdatasets_exception_catches_ours(tmp_path, case):
+    """Whatever standard exception class webdataset raises for a missing shard and for a field
+    twice in a sample (FileNotFoundError, ValueError), an ``except`` of it catches wdsx's."""
+    import webdataset
+
+    if case == "missing shard":
+        url = str(tmp_path / "absent.tar")
+    else:
+        url = write_tar(str(tmp_path / "twice.tar"), [("a.txt", b"1"), ("a.txt", b"2")])
+    with pytest.raises(Exception) as theirs:
+        list(webdataset.WebDataset(url, shardshuffle=False, empty_check=False))
+    standard = next(kind for kind in type(theirs.value).__mro__ if kind.__module__ == "builtins")
+    assert standard in (FileNotFoundError, ValueError)
+    with pytest.raises(standard) as ours:
+        list(wdsx.WebDataset(url, shardshuffle=False, manifest=False))
+    assert isinstance(ours.value, wdsx.WdsxError) and url in str(ours.value)

@@ -461,3 +461,24 @@ def test_a_gathered_state_of_ranks_that_had_received_nothing_is_re_dealt(tmp_pat
     resumed.load_state_dict({"format": "wdsx-global-state", "version": 1, "ranks": states})
     seen += keys(resumed)
     assert Counter(seen) == Counter(one_rank if sum(taken) == 0 else two_ranks)
+
+
+def test_a_plain_dataloaders_workers_give_every_rank_the_same_number_of_batches(tmp_path, monkeypatch):
+    """torch's own DataLoader (as third-party training code uses it) over a WebDataset without
+    a manifest, two ranks of two workers: the workers count the shards' samples as the main
+    process does, so both ranks yield the same number of batches (no DDP hang) and every
+    sample is read, each once but for the marked padding."""
+    import torch
+
+    data = make_shards(str(tmp_path), [10, 10, 5])
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    batches, seen = [], []
+    for rank in range(2):
+        monkeypatch.setenv("RANK", str(rank))
+        dataset = wdsx.WebDataset(data.urls, shardshuffle=False, manifest=False)
+        dataset = dataset.map(lambda s: (s["__key__"], s.get("__pad__", False))).batched(4)
+        mine = list(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2))
+        batches.append(len(mine))
+        seen += [(key, pad) for keys, pads in mine for key, pad in zip(keys, pads)]
+    assert batches[0] == batches[1]
+    assert sorted(key for key, pad in seen if not pad) == sorted(data.keys)

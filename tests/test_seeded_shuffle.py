@@ -79,6 +79,23 @@ def test_detshuffle_gives_webdatasets_order_epoch_after_epoch(two_shards, seed, 
     assert theirs[0] != theirs[1] != theirs[2]
 
 
+def test_detshuffle_is_a_class_code_can_subclass(two_shards):
+    """webdataset's detshuffle is a class: code subclasses it (here, a fixed seed of its own)
+    and tests for it with isinstance; both work, and give webdataset's order."""
+
+    def order(library):
+        class SeededSeven(library.detshuffle):
+            def __init__(self, bufsize):
+                super().__init__(bufsize, 4, seed=7)
+
+        stage = SeededSeven(15)
+        assert isinstance(stage, library.detshuffle)
+        stages = [library.SimpleShardList(two_shards.urls), library.tarfile_to_samples()]
+        return keys(library.DataPipeline(*stages, stage))
+
+    assert order(wdsx) == order(webdataset)
+
+
 @pytest.mark.slow  # DataLoader worker processes, twice
 def test_seeded_shuffle_in_each_worker_gives_webdatasets_batches(two_shards):
     def batches(library, **options):

@@ -3,7 +3,9 @@
 from wdsx.core.errors import (
     AbsentNameError,
     DecodingError,
+    DuplicateFieldError,
     EncodingError,
+    MissingShardError,
     NoSamplesError,
     NotResumableError,
     RefusedError,
@@ -24,7 +26,9 @@ from wdsx.core.errors import (
 __all__ = [
     "AbsentNameError",
     "DecodingError",
+    "DuplicateFieldError",
     "EncodingError",
+    "MissingShardError",
     "NoSamplesError",
     "NotResumableError",
     "RefusedError",

@@ -66,6 +66,11 @@ class ShardError(WdsxError, tarfile.ReadError):
         super().__init__(f"{url}: {reason} ({name}{where})")
 
 
+class DuplicateFieldError(ShardError, ValueError):
+    """A sample with one field twice (two members of one key and extension, one after the
+    other): also the ``ValueError`` webdataset's grouping raises for it."""
+
+
 class TrailingDataError(ShardError):
     """Something other than zero padding follows a shard's end-of-archive marker: another
     archive, whose samples would otherwise be lost unseen, or bytes after the end of its
@@ -98,6 +103,11 @@ class SourceError(WdsxError, OSError):
         self.url = url if reason is not None else None
         self.reason = reason
         super().__init__(f"{url}: {reason}" if reason is not None else url)
+
+
+class MissingShardError(SourceError, FileNotFoundError):
+    """A local shard that does not exist: also the ``FileNotFoundError`` webdataset's ``open``
+    raises for it."""
 
 
 class RefusedError(SourceError, ValueError):

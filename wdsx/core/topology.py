@@ -121,6 +121,12 @@ def worker_and_count() -> tuple[int, int]:
     return 0, 1
 
 
+def in_loader_worker() -> bool:
+    """True in a WebLoader's worker (a process or a thread), which its loader gave an identity,
+    and not in a plain DataLoader's."""
+    return _assigned_now() is not None
+
+
 def in_worker() -> bool:
     """True inside a DataLoader worker process or a WebLoader reader thread."""
     if getattr(_thread, "topology", None) is not None:

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from wdsx.core import topology as distributed
-from wdsx.core.errors import Handler, SourceError, reraise_exception
+from wdsx.core.errors import Handler, MissingShardError, reraise_exception
 from wdsx.pipeline.datapipeline import DataPipeline
 from wdsx.read.fieldsets import FieldJoin, FieldSet
 from wdsx.read.npy import header_counts
@@ -80,7 +80,9 @@ def _check_local_shards(urls: Sequence[str], handler: Handler) -> None:
     shown = ", ".join(missing[:_SHOWN_MISSING])
     if len(missing) > _SHOWN_MISSING:
         shown += f" and {len(missing) - _SHOWN_MISSING} more"
-    handler(SourceError(missing[0], f"{len(missing)} of {len(local)} local shards do not exist: {shown}"))
+    handler(
+        MissingShardError(missing[0], f"{len(missing)} of {len(local)} local shards do not exist: {shown}")
+    )
 
 
 def _splitting(nodesplitter: Any, workersplitter: Any) -> tuple[bool, bool, tuple | None]:
@@ -367,7 +369,9 @@ class WebDataset(DataPipeline):
         )
 
     def __iter__(self) -> Iterator:
-        if not distributed.in_worker():
+        # A WebLoader prepares its dataset before it starts its workers; the main process and
+        # a plain DataLoader's workers (which the main process never prepares) do it here.
+        if not distributed.in_loader_worker():
             self.prepare(distributed.current(self._captured), self.repetitions == sys.maxsize)
         return super().__iter__()
 

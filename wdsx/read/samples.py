@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from wdsx.core.errors import ShardError, TrailingDataError
+from wdsx.core.errors import DuplicateFieldError, ShardError, TrailingDataError
 from wdsx.state.position import Position
 
 POSITION = "__position__"
@@ -179,7 +179,9 @@ def group_members(
                 if extra:
                     sample.update(extra)
             elif ext in sample:
-                error = ShardError(url, offset, f"duplicate extension {ext!r} in sample {prefix!r}", name)
+                error = DuplicateFieldError(
+                    url, offset, f"duplicate extension {ext!r} in sample {prefix!r}", name
+                )
                 if handler is None:
                     raise error
                 if not handler(error):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-from wdsx.core.errors import SourceError
+from wdsx.core.errors import MissingShardError, SourceError
 from wdsx.sources.base import Sink, Source
 
 
@@ -44,6 +44,8 @@ class LocalSource(Source):
             raise SourceError(
                 url, f"is a directory, not a shard: name its shards {where}/ or {where}/*.tar"
             ) from exn
+        except FileNotFoundError as exn:
+            raise MissingShardError(url, f"cannot open: {exn.strerror or exn}") from exn
         except OSError as exn:
             raise SourceError(url, f"cannot open: {exn.strerror or exn}") from exn
         if offset:

@@ -201,10 +201,13 @@ def shuffle(
     return Shuffle(bufsize, initial, rng, seed)
 
 
-def detshuffle(bufsize: int = 1000, initial: int = 100, seed: int = 0, epoch: int = -1) -> Shuffle:
+class detshuffle(Shuffle):  # noqa: N801 - webdataset's name for this class
     """webdataset's deterministic shuffle: the order webdataset gives for ``seed + epoch + 1``
-    in the pipeline's first epoch, ``seed + epoch + 2`` in the second, and so on."""
-    return Shuffle(bufsize, initial, None, seed, epoch)
+    in the pipeline's first epoch, ``seed + epoch + 2`` in the second, and so on. A class, as
+    webdataset's is, so that code may subclass it or test for it with ``isinstance``."""
+
+    def __init__(self, bufsize: int = 1000, initial: int = 100, seed: int = 0, epoch: int = -1):
+        super().__init__(bufsize, initial, None, seed, epoch)
 
 
 @dataclass(frozen=True)
