@@ -482,3 +482,74 @@ def test_a_plain_dataloaders_workers_give_every_rank_the_same_number_of_batches(
         seen += [(key, pad) for keys, pads in mine for key, pad in zip(keys, pads)]
     assert batches[0] == batches[1]
     assert sorted(key for key, pad in seen if not pad) == sorted(data.keys)
+
+
+def _keys_loader(urls, counts, workers, **dataset_options):
+    dataset = wdsx.WebDataset(urls, counts=counts, **dataset_options).to_tuple("__key__").batched(4)
+    return wdsx.WebLoader(dataset, batch_size=None, num_workers=workers, worker_type="thread")
+
+
+@pytest.mark.parametrize("after", [2, 3, 1])
+def test_a_loaders_with_epoch_resumed_on_other_workers_ends_where_it_would_have(tmp_path, after):
+    """loader.with_epoch(n), checkpointed after k batches and resumed on another number of
+    workers: n - k batches are left in that epoch, as on the same workers, and len() says so."""
+    data = make_shards(str(tmp_path), [13, 7, 20, 1, 9, 11])
+    first = _keys_loader(data.urls, data.counts, 2).with_epoch(12)
+    batches = iter(first)
+    delivered = [keys for (keys,) in itertools.islice(batches, 5)]
+    state = json.loads(json.dumps(first.state_dict()))
+    del batches
+    resumed = _keys_loader(data.urls, data.counts, after).with_epoch(12)
+    resumed.load_state_dict(state)
+    left = len(resumed)
+    rest = [keys for (keys,) in resumed]
+    assert len(rest) == left == 12 - 5
+    seen = [key for keys in delivered + rest for key in keys]
+    assert len(seen) == len(set(seen))
+
+
+@pytest.mark.parametrize("after", [3, 1])
+def test_len_after_a_re_dealt_resume_is_what_is_left(tmp_path, after):
+    """Resumed on another number of workers, len() counts the re-dealt shares: the batches
+    that then arrive, which with those before are every sample of the epoch once."""
+    data = make_shards(str(tmp_path), [13, 7, 20, 1, 9, 11])
+    first = _keys_loader(data.urls, data.counts, 2)
+    batches = iter(first)
+    delivered = [key for (keys,) in itertools.islice(batches, 5) for key in keys]
+    state = json.loads(json.dumps(first.state_dict()))
+    del batches
+    resumed = _keys_loader(data.urls, data.counts, after)
+    resumed.load_state_dict(state)
+    left = len(resumed)
+    rest = [keys for (keys,) in resumed]
+    assert len(rest) == left
+    assert sorted(delivered + [key for keys in rest for key in keys]) == sorted(data.keys)
+
+
+def test_len_counts_each_epoch_and_each_pass_of_repeat(tmp_path):
+    """Shard orders differ from epoch to epoch, and so do the partial batches of each worker:
+    len() before each epoch, and of a loader repeating 2 passes (2 epochs), is what arrives."""
+    data = make_shards(str(tmp_path), [37, 50, 23, 61, 44, 29, 55, 41])
+
+    def loader() -> wdsx.WebLoader:
+        dataset = wdsx.WebDataset(data.urls, counts=data.counts, shardshuffle=True).to_tuple("__key__")
+        return wdsx.WebLoader(dataset.batched(8), batch_size=None, num_workers=2, worker_type="thread")
+
+    for looped in (loader(), loader().repeat(2)):
+        told, arrived = [], []
+        for _ in range(5):
+            told.append(len(looped))
+            arrived.append(sum(1 for _ in looped))
+        assert told == arrived
+    assert len(set(arrived)) > 1  # (the epochs' batch counts differ, as this test needs)
+
+
+def test_a_resampled_checkpoint_on_other_workers_says_why_it_cannot_resume(tmp_path):
+    data = make_shards(str(tmp_path), [13, 7, 20])
+    first = _keys_loader(data.urls, data.counts, 2, resampled=True).with_epoch(10)
+    batches = iter(first)
+    next(batches)
+    state = json.loads(json.dumps(first.state_dict()))
+    del batches
+    with pytest.raises(wdsx.StateError, match="resampled shards .* resumes only on the number of ranks"):
+        _keys_loader(data.urls, data.counts, 3, resampled=True).with_epoch(10).load_state_dict(state)

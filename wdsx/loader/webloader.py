@@ -404,9 +404,13 @@ class LoaderSource(Stage):
         drop_last = factory.loader_kwargs.get("drop_last", False)
         items = samples = 0
         single = batch is None
-        for worker in range(factory.slots):
+        saved = run.restore.stages.get(self.state_key) if run.restore is not None else None
+        # each worker's saved state: a re-dealt share is counted from its re-deal
+        states = [None] * factory.slots if saved is None else saved["states"]
+        for worker, state in enumerate(states):
             reader = distributed.Topology(topology.rank, topology.world_size, worker, max(1, workers))
-            count = dataset.epoch_count(reader)
+            restore = None if state is None else dataset.parse_state(state)
+            count = dataset.epoch_count(reader, run.epoch, restore)
             whole, rest = divmod(count.items, batch) if batch is not None else (count.items, 0)
             items += whole + (1 if rest and not drop_last else 0)
             samples += count.samples
@@ -798,6 +802,7 @@ class WebLoader(DataPipeline):
             template.epoch,
             {LoaderSource.state_key: progress.to_json(table), **carried},
             table.urls,
+            nominal=template.nominal,
             passes=template.passes,
             skip=template.skip,
             skip_keys=template.skip_keys,

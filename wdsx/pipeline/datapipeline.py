@@ -311,18 +311,31 @@ class DataPipeline(FluidInterface):
             )
         topology = distributed.current(self._captured)
         self.prepare(topology, endless=self.nsamples > 0 or self.repetitions == sys.maxsize)
-        return max(0, self.epoch_count(topology).items - self._yielded_already())
+        return max(0, self.epoch_count(topology, restore=self._pending).items - self._yielded_already())
 
     def _yielded_already(self) -> int:
-        """Items of the epoch a pending checkpoint has delivered or is still to skip."""
+        """Items of the epoch (of the ``with_epoch(n)`` pass) a pending checkpoint has
+        delivered or is still to skip."""
         pending = self._pending
-        return pending.yielded + pending.skip if pending is not None and self.nsamples <= 0 else 0
+        if pending is None:
+            return 0
+        return (pending.nominal if self.nsamples > 0 else pending.yielded) + pending.skip
 
     def _epoch_to_count(self) -> int:
         return self._pending.epoch if self._pending is not None else self._next_epoch
 
-    def epoch_count(self, topology: distributed.Topology) -> Count:
-        """What one ``iter()`` of this pipeline yields for the reader at ``topology``."""
+    def epoch_count(
+        self,
+        topology: distributed.Topology,
+        epoch: int | None = None,
+        restore: PipelineState | None = None,
+    ) -> Count:
+        """What one ``iter()`` of this pipeline yields for the reader at ``topology``: its
+        passes (one per ``repeat(n)`` pass, each an epoch of its own) from ``epoch`` on
+        (default: the epoch its next ``iter()`` reads; a loader or a mixture that drives this
+        pipeline's epochs names its own). The first pass is counted from the start of its
+        epoch or, for a share re-dealt by ``restore`` (an elastic resume), from the re-deal;
+        ``restore`` also says how many passes are left."""
         if self.nsamples > 0:
             return Count(self.nsamples, self.nsamples, False)
         if self.repetitions == sys.maxsize:
@@ -333,17 +346,28 @@ class DataPipeline(FluidInterface):
                 f"{type(self).__name__} has no len(); use .with_length(n) if a framework needs one "
                 "(if a torch DataLoader asks, import torch before creating the dataset)"
             )
-        run = Run(self.pipeline, self._epoch_to_count(), self.seed, topology)
+        epoch = self._epoch_to_count() if epoch is None else epoch
+        passes = restore.passes if restore is not None and restore.passes else self.repetitions
+        counts = [
+            self._pass_count(topology, epoch + done, restore if done == 0 else None) for done in range(passes)
+        ]
+        return Count(
+            sum(c.items for c in counts), sum(c.samples for c in counts), all(c.single for c in counts)
+        )
+
+    def _pass_count(self, topology: distributed.Topology, epoch: int, restore: PipelineState | None) -> Count:
+        """What one pass of this pipeline yields in ``epoch`` (see :meth:`epoch_count`)."""
+        index = source_index(self.pipeline)
+        assert index is not None
+        run = Run(self.pipeline, epoch, self.seed, topology, restore)
         count = self.pipeline[index].source_count(self.pipeline, index, run)
         if count is None:
             raise TypeError(f"{self.pipeline[index].describe()} cannot say how many items an epoch has")
         for stage in self.pipeline[index + 1 :]:
-            assert count is not None
             count = stage.count_after(count)
             if count is None:
                 raise TypeError(f"{stage.describe()} changes the number of items unpredictably: no len()")
-        assert count is not None
-        return Count(count.items * self.repetitions, count.samples * self.repetitions, count.single)
+        return count
 
     # --- iterating --------------------------------------------------------------------
     def __iter__(self) -> Iterator:

@@ -190,7 +190,7 @@ class MixSource(Stage):
         """Under ``stop="all"`` a reader yields all of its share of every source."""
         if self.stop != "all":
             return None
-        counts = [source.epoch_count(run.topology) for source in self.sources]
+        counts = [source.epoch_count(run.topology, run.epoch) for source in self.sources]
         samples = sum(c.samples for c in counts)
         if self.batch_size is None:
             return Count(sum(c.items for c in counts), samples, all(c.single for c in counts))

@@ -423,9 +423,13 @@ class EpochDeal:
                 "the number of samples per shard is unknown: write a manifest beside the shards "
                 "(`wdsx index URLS`), pass counts=[...] or counts='scan', or set .with_epoch(n)"
             )
+        return self.plan_size(seed, epoch, self.plan(seed, epoch, reader, readers, world_size))
+
+    def plan_size(self, seed: int, epoch: int, plan: ConsumerPlan) -> int:
+        """How many samples ``plan``, a plan of ``epoch``, reads (padding included); needs the
+        per-shard counts."""
         counts = self._counts_in(self.order(seed, epoch))
         assert counts is not None
-        plan = self.plan(seed, epoch, reader, readers, world_size)
         pieces_size = sum(
             (counts[piece.pos] if piece.stop is None else piece.stop) - piece.first
             for span in plan.spans

@@ -27,9 +27,9 @@ from wdsx.read.samples import POSITION, Cursor, StreamStopped
 from wdsx.read.shard import ReadSettings, read_piece, read_positions, stream_offset
 from wdsx.sources import SourceOptions
 from wdsx.sources.prefetch import Prefetcher
-from wdsx.stages.base import Count, Run, Stage, batch_hint, shards_summary
+from wdsx.stages.base import Count, RedealTarget, Run, Stage, batch_hint, shards_summary
 from wdsx.stages.shardlists import split_by_worker
-from wdsx.state.checkpoint import JsonDict
+from wdsx.state.checkpoint import JsonDict, PipelineState
 from wdsx.state.position import Position, PositionTable
 
 
@@ -157,6 +157,18 @@ class ShardReader(ShardStage):
         if self.resampled or self.custom_split is not None:
             return None
         deal = self.epoch_deal(stages, index)
+        restore = run.restore
+        saved = None if restore is None else restore.stages.get(run.keys[index])
+        progress = (
+            None if restore is None or saved is None else ReaderProgress.from_json(saved, restore.table())
+        )
+        if progress is not None and progress.explicit and progress.plan is not None:
+            # a re-dealt share, whose items are counted from the re-deal (the pipeline's
+            # count of items yielded started again there)
+            if deal.counts is None:
+                return None
+            samples = deal.plan_size(run.seed, run.epoch, progress.plan)
+            return Count(samples, samples)
         topology = run.topology
         me, readers = deal.reader_of(
             topology.rank, topology.world_size, topology.worker, topology.num_workers
@@ -166,6 +178,23 @@ class ShardReader(ShardStage):
 
     def shard_urls(self) -> Sequence[str]:
         return self.urls
+
+    def redeal_states(
+        self,
+        states: Sequence[PipelineState],
+        leftovers: Sequence[Position],
+        stages: Sequence[Stage],
+        index: int,
+        readers: RedealTarget,
+    ) -> list[PipelineState] | None:
+        if self.resampled:
+            raise StateError(
+                "a checkpoint of resampled shards (resampled=True) resumes only on the number of "
+                f"ranks and workers that saved it ({len(states)} reader(s) in all, not "
+                f"{readers.readers}): each reader draws from a random stream of its own, so there "
+                "is no unread share to deal to other readers"
+            )
+        return None
 
     def upgrade_state(self, saved: JsonDict, table: PositionTable) -> JsonDict:
         return upgrade_plan_v2(saved, list(self.urls), table)
