@@ -260,3 +260,56 @@ def test_workers_started_from_a_thread_that_ends_live_on(shards):
     starter.join()
     keys = [key for batch in [*first, *batches] for key in batch[0]]
     assert sorted(keys) == sorted(shards.keys)
+
+
+PIPE_TRAINER = """
+import json, sys, time
+import wdsx
+
+urls, counts, workers = json.loads(sys.argv[1])
+dataset = wdsx.WebDataset(urls, shardshuffle=False, counts=counts).to_tuple("__key__").batched(4)
+loader = wdsx.WebLoader(dataset, batch_size=None, num_workers=workers)
+for count, batch in enumerate(loader, 1):
+    print(count, flush=True)
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+@pytest.mark.parametrize("kill_with", [signal.SIGKILL, signal.SIGTERM])
+def test_a_killed_trainer_leaves_no_pipe_command(tmp_path, workers, kill_with):
+    """The second shard's command, opened ahead while the first is read, writes nothing for a
+    minute (a server that is slow to answer): when the trainer is killed, the command, all it
+    started, and whatever watched it are gone within the deadline all the same."""
+    shard = write_tar(str(tmp_path / "shard.tar"), [(f"k{i:03d}.txt", b"x") for i in range(40)])
+    urls = [f"pipe:cat {shard}", f"pipe:sleep 60; cat {shard}"]
+    script = tmp_path / "trainer.py"
+    script.write_text(PIPE_TRAINER)
+    token = uuid.uuid4().hex
+    with (tmp_path / "stderr.txt").open("wb") as errors:
+        process = subprocess.Popen(
+            [sys.executable, str(script), json.dumps([urls, [40, 40], workers])],
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            env={**os.environ, MARKER: token, "PYTHONPATH": str(REPO)},
+            start_new_session=True,
+        )
+    try:
+        wait_for_batches(process, 3, tmp_path)
+        assert any(b"sleep" in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in members(token))
+        process.send_signal(kill_with)
+        deadline = time.monotonic() + DEADLINE
+        alive = members(token)
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.05)
+            alive = members(token)
+        assert not alive, f"processes {sorted(alive)} still alive {DEADLINE} s after the signal"
+    finally:
+        for pid in members(token) | {process.pid}:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        process.wait()
+        assert process.stdout is not None
+        process.stdout.close()

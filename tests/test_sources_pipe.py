@@ -14,6 +14,7 @@ import webdataset
 
 import wdsx
 from tests.fixtures.servers import random_bytes, read_all
+from tests.fixtures.shards import write_tar
 from wdsx.errors import SourceError
 from wdsx.sources import SourceOptions, open_sink, open_source
 from wdsx.sources.pipe import PipeSource
@@ -26,6 +27,15 @@ def shard(tmp_path):
     path = tmp_path / "shard.tar"
     path.write_bytes(DATA)
     return shlex.quote(str(path))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def watcher_running():
+    """The first command a process starts also starts the watcher that kills its commands if
+    the process dies (wdsx.sources.reaper), with a pipe kept open for the process's life: it
+    is started here, before any test counts this process's descriptors."""
+    with PipeSource("pipe:true", 0, SourceOptions()) as source:
+        assert source.read(1) == b""
 
 
 def open_fds() -> set[tuple[str, str]]:
@@ -186,6 +196,35 @@ def test_command_that_is_not_writing_is_signalled_and_reaped(shard, command, sta
     assert_gone(pid)
     assert source._process.returncode == status
     assert not still_open(mine)
+
+
+def test_leaving_early_stops_a_command_opened_ahead_that_sends_nothing(tmp_path, monkeypatch):
+    """A reader that stops while the next shard's command, opened ahead, has sent nothing
+    yet (a slow server) stops that command at once: leaving the loop does not wait for it."""
+    marker = f"WDSX_PIPE_TEST_{os.getpid()}"
+    monkeypatch.setenv(marker, "1")  # inherited by the commands
+    shard = write_tar(str(tmp_path / "shard.tar"), [(f"k{i}.txt", b"x") for i in range(5)])
+    urls = [f"pipe:cat {shard}", f"pipe:sleep 60; cat {shard}"]
+    options = SourceOptions(timeout=5)  # the longest a stop waits for the thread opening it
+    dataset = wdsx.WebDataset(urls, shardshuffle=False, manifest=False, options=options)
+    for number, _ in enumerate(dataset.map(lambda sample: sample)):
+        if number == 1:
+            break
+    del dataset
+    gc.collect()  # the stream ends with the dataset (a reference cycle keeps it until then)
+
+    def commands() -> list[str]:
+        found = []
+        for entry in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as environ:
+                    if f"{marker}=1".encode() in environ.read().split(b"\0") and entry != str(os.getpid()):
+                        found.append(entry)
+            except OSError:
+                continue
+        return found
+
+    assert not commands()
 
 
 def test_a_fifo_shard_is_read_as_its_writer_sends_it(tmp_path):

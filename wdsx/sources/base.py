@@ -86,6 +86,12 @@ class Source:
     def close(self) -> None:
         """Release the file, connection or process; safe to call twice."""
 
+    def interrupt(self) -> None:
+        """Make a read that another thread is blocked in return soon: called, from another
+        thread, on a source dropped while it is being read (a shard opened ahead of time that
+        is no longer wanted), before it is closed. By default nothing is done: the read ends
+        within the source's own timeouts."""
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {redact_text(getattr(self, 'url', '?'))}>"
 

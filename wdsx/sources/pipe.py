@@ -25,6 +25,7 @@ from typing import IO
 
 from wdsx.core.env import secure_mode
 from wdsx.core.errors import RefusedError, SourceError
+from wdsx.sources import reaper
 from wdsx.sources.base import Sink, SourceOptions
 from wdsx.sources.stream import PolledStream, close_quietly
 
@@ -55,7 +56,7 @@ def _start(
         raise RefusedError(url, "pipe: URLs are disabled (SourceOptions(allow_pipe=False))")
     command = url[len("pipe:") :]
     try:
-        return subprocess.Popen(
+        process = subprocess.Popen(
             command,
             shell=True,
             bufsize=options.chunk if bufsize is None else bufsize,
@@ -65,6 +66,16 @@ def _start(
         )
     except OSError as exn:
         raise SourceError(url, f"cannot start command {command!r}: {exn}") from exn
+    reaper.watch(process.pid)  # its group (it leads one) dies with this process at the latest
+    return process
+
+
+def _wait(process: subprocess.Popen, timeout: float | None = None) -> int:
+    """Wait for the command to exit (``subprocess.TimeoutExpired`` after ``timeout``), and
+    take it off the list of groups the watcher kills when this process dies."""
+    status = process.wait(timeout=timeout)
+    reaper.forget(process.pid)
+    return status
 
 
 def _reap(process: subprocess.Popen, patient: bool = True) -> None:
@@ -89,12 +100,12 @@ def _reap(process: subprocess.Popen, patient: bool = True) -> None:
             pass
         if _exited_within(process, _GRACE_SECONDS):
             return
-    process.wait()
+    _wait(process)
 
 
 def _exited_within(process: subprocess.Popen, seconds: float) -> bool:
     try:
-        process.wait(timeout=seconds)
+        _wait(process, seconds)
         return True
     except subprocess.TimeoutExpired:
         return False
@@ -163,7 +174,7 @@ class PipeSource(PolledStream):
         """At the end of the stream: wait for the command and check how it exited."""
         self._stream.close()
         try:
-            status = self._process.wait(timeout=self._options.timeout)
+            status = _wait(self._process, self._options.timeout)
         except subprocess.TimeoutExpired as exn:
             _reap(self._process)
             raise SourceError(
@@ -173,6 +184,13 @@ class PipeSource(PolledStream):
 
     def _release(self) -> None:
         _reap(self._process)
+
+    def interrupt(self) -> None:
+        """Stop the command (its whole group): the read waiting for its output then ends."""
+        try:
+            os.killpg(self._process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
 
 
 class PipeSink(Sink):
@@ -189,7 +207,7 @@ class PipeSink(Sink):
         try:
             return self._stdin.write(data)
         except BrokenPipeError as exn:
-            status = self._process.wait()
+            status = _wait(self._process)
             self._finished = True
             raise SourceError(
                 self.url, f"command {self._process.args!r} exited with status {status}"
@@ -203,7 +221,7 @@ class PipeSink(Sink):
             self._stdin.close()
         except BrokenPipeError:
             pass
-        _check_status(self.url, self._process, self._process.wait())
+        _check_status(self.url, self._process, _wait(self._process))
 
     def abort(self) -> None:
         if not self._finished:

@@ -102,9 +102,10 @@ class _Opening:
         """Stop buffering and close the shard, now or as soon as the thread is done with it."""
         with self._lock:
             self._cancelled = True
-            finished = self._finished
-        if finished and self._source is not None:
-            self._source.close()
+            finished, source = self._finished, self._source
+        if source is not None:
+            # done with it: close it here; else the thread closes it once its read returns
+            source.close() if finished else source.interrupt()
         self._thread.join(timeout=self._options.timeout)
 
 
