@@ -4,6 +4,7 @@ did not write, no file outside a converted folder, no credential in a message or
 from __future__ import annotations
 
 import io
+import json
 import logging
 import os
 import pickle
@@ -251,6 +252,75 @@ def test_http_errors_and_logs_never_show_credentials(tmp_path, caplog):
         messages = [record.getMessage() for record in caplog.records]
         assert any("x.tar" in message for message in messages)
         assert not any("deadbeef" in message or "AKIAEXAMPLE" in message for message in messages), messages
+    finally:
+        server.stop()
+
+
+SECRETS = ("hunter2", "deadbeef", "AKIAEXAMPLE")
+
+
+def shown_secrets(text: str) -> list[str]:
+    return [secret for secret in SECRETS if secret in text]
+
+
+def test_checkpoints_reprs_cache_names_and_the_command_show_no_credentials(tmp_path, capsys):
+    """A shard URL that carries a password and a signature: the checkpoints of a pipeline
+    and of a loader (its workers' states inside) hold it masked, and still resume exactly
+    (the uninterrupted run is the oracle), re-dealt to other workers too; reprs, the cache's
+    file names and the command's output do not show it either."""
+    server = RangeHTTPServer(str(tmp_path)).start()
+    try:
+        for name in ("x.tar", "z.tar"):
+            server.add(name, tar_bytes([(f"{name[0]}{i:02d}.txt", b"x" * 100) for i in range(12)]))
+        query = "?X-Amz-Credential=AKIAEXAMPLE&X-Amz-Signature=deadbeef"
+        urls = [
+            server.url(name).replace("http://", "http://alice:hunter2@") + query
+            for name in ("x.tar", "z.tar")
+        ]
+        options = wdsx.SourceOptions(
+            cache_dir=str(tmp_path / "cache"), s3={"aws_secret_access_key": "hunter2"}
+        )
+
+        def dataset() -> wdsx.WebDataset:
+            return wdsx.WebDataset(urls, shardshuffle=False, manifest=False, options=options).shuffle(5)
+
+        def keys(items) -> list[str]:
+            return [sample["__key__"] for sample in items]
+
+        whole = keys(dataset())
+        first = dataset()
+        batches = iter(first)
+        seen = keys(next(batches) for _ in range(7))
+        state = json.loads(json.dumps(first.state_dict()))
+        assert not shown_secrets(json.dumps(state))
+        resumed = dataset()
+        resumed.load_state_dict(state)
+        assert seen + keys(resumed) == whole
+
+        def loader(workers: int) -> wdsx.WebLoader:
+            return wdsx.WebLoader(
+                dataset().to_tuple("__key__").batched(3),
+                batch_size=None,
+                num_workers=workers,
+                worker_type="thread",
+            )
+
+        two = loader(2)
+        batches = iter(two)
+        taken = [key for _ in range(2) for key in next(batches)[0]]
+        saved = json.loads(json.dumps(two.state_dict()))
+        del batches
+        assert not shown_secrets(json.dumps(saved))
+        again = loader(3)
+        again.load_state_dict(saved)
+        assert sorted(taken + [key for (keys_,) in again for key in keys_]) == sorted(whole)
+
+        shown = " ".join([repr(dataset()), repr(loader(0)), repr(options), *os.listdir(tmp_path / "cache")])
+        assert not shown_secrets(shown), shown
+        assert cli.main(["ls", urls[0]]) == 0
+        assert cli.main(["cat", urls[0], "nothere"]) == 1
+        captured = capsys.readouterr()
+        assert "x00" in captured.out and not shown_secrets(captured.out + captured.err)
     finally:
         server.stop()
 

@@ -5,13 +5,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any, TextIO
 
 from wdsx.core.errors import WdsxError
+from wdsx.core.redact import redact_text
 from wdsx.version import __version__
 
 COMMANDS = (
@@ -44,7 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Errors are printed as one line on stderr (status 1); usage errors exit with status 2.
     Output to a pipe that closes early (``wdsx ls x.tar | head -1``) ends the command quietly,
-    with the status a shell gives a process that SIGPIPE ended (141).
+    with the status a shell gives a process that SIGPIPE ended (141). Every URL the command
+    prints has its credentials masked (:mod:`wdsx.core.redact`): what a terminal shows ends up
+    in logs and bug reports. (A field written raw with ``cat -f`` is written unchanged.)
     """
     parser = build_parser()
     try:
@@ -52,6 +57,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exn:
         return exn.code if isinstance(exn.code, int) else 2
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="wdsx: %(message)s")
+    with _redacted_output():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         status = args.run(args)
         sys.stdout.flush()  # a closed pipe is found here rather than when the interpreter exits
@@ -65,6 +75,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (WdsxError, OSError, ValueError) as exn:
         print(f"wdsx {args.command}: error: {exn}", file=sys.stderr)
         return 1
+
+
+class _Redacting:
+    """A text stream that writes what it is given with the URLs in it redacted."""
+
+    def __init__(self, stream: TextIO):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(redact_text(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:  # flush, buffer, fileno, isatty...
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _redacted_output() -> Iterator[None]:
+    """Standard output and error, as text, redacted while a command runs."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Redacting(sys.stdout), _Redacting(sys.stderr)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
 
 
 PIPE_CLOSED = 128 + 13

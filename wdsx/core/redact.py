@@ -13,26 +13,31 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import Any
 from urllib.parse import unquote
 
 MASK = "***"
 
-_SECRET_WORDS = ("signature", "token", "secret", "password", "passwd", "credential")
+_SECRET_WORDS = ("signature", "token", "secret", "password", "passwd", "credential", "connection_string")
 _SECRET_NAMES = frozenset(("sig", "key", "apikey", "api_key", "access_key", "accesskey", "auth", "code"))
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
 _TRAILING = ".,:;)]}"
 
 
-def _secret_parameter(name: str) -> bool:
+def secret_name(name: str) -> bool:
+    """Whether a parameter or setting called ``name`` holds a secret (a key, a token, a
+    password, a signature)."""
     lowered = unquote(name).lower()
-    return lowered in _SECRET_NAMES or any(word in lowered for word in _SECRET_WORDS)
+    return (
+        lowered in _SECRET_NAMES or lowered.endswith("_key") or any(word in lowered for word in _SECRET_WORDS)
+    )
 
 
 def _redact_query(query: str) -> str:
     parts = []
     for part in query.split("&"):
         name, sep, value = part.partition("=")
-        parts.append(f"{name}={MASK}" if sep and value and _secret_parameter(name) else part)
+        parts.append(f"{name}={MASK}" if sep and value and secret_name(name) else part)
     return "&".join(parts)
 
 
@@ -64,6 +69,17 @@ def _redact_match(match: re.Match[str]) -> str:
     text = match.group(0)
     kept = text.rstrip(_TRAILING)
     return redact(kept) + text[len(kept) :]
+
+
+def redact_settings(settings: Any) -> Any:
+    """Settings (nested dicts, as a store's client takes them) with the values of the secret
+    ones (:func:`secret_name`) masked, and URLs in the others redacted."""
+    if isinstance(settings, dict):
+        return {
+            key: MASK if isinstance(key, str) and secret_name(key) and value else redact_settings(value)
+            for key, value in settings.items()
+        }
+    return redact_text(settings) if isinstance(settings, str) else settings
 
 
 def redact_text(text: str) -> str:

@@ -30,7 +30,7 @@ from wdsx.stages.observe import StageObserver
 from wdsx.stages.plan import execution_stages
 from wdsx.stages.reading import ShardReader
 from wdsx.state import fingerprint as data_fingerprint
-from wdsx.state import validate
+from wdsx.state import masking, validate
 from wdsx.state.checkpoint import FORMAT as STATE_FORMAT
 from wdsx.state.checkpoint import VERSION, JsonDict, PipelineState, check_format, fingerprint_differences
 from wdsx.state.position import Position, PositionTable, as_json
@@ -506,7 +506,7 @@ class DataPipeline(FluidInterface):
             warnings.warn(message + " (strict=False: resuming restarts those stages)", stacklevel=2)
         state = self.current_state()
         state.data = self.data_identity()
-        return validate.signed(as_json(state.to_json()))
+        return validate.signed(masking.masked(as_json(state.to_json())))
 
     def current_state(self) -> PipelineState:
         """The current state, without checking that it can be restored exactly."""
@@ -567,8 +567,11 @@ class DataPipeline(FluidInterface):
 
     def parse_state(self, data: JsonDict) -> PipelineState:
         """A checkpoint of this pipeline, of any version this wdsx reads, as today's type (its
-        envelope checked field by field, and its digest; see :meth:`checked_state`)."""
-        return PipelineState.from_json(data, self.upgrade_state)
+        envelope checked field by field, and its digest; see :meth:`checked_state`), with this
+        pipeline's own shard URLs where the checkpoint shows them masked."""
+        state = PipelineState.from_json(data, self.upgrade_state)
+        shards = (self.data_identity() or {}).get("shards", [])
+        return masking.unmasked(state, (entry[0] for entry in shards))
 
     def upgrade_state(self, data: JsonDict) -> JsonDict:
         """A version-2 checkpoint of this pipeline in today's form: version 2 keyed stage

@@ -9,10 +9,10 @@ so a crash while writing never leaves a truncated shard behind.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-from wdsx.core.redact import redact_text
+from wdsx.core.redact import redact_settings, redact_text
 from wdsx.core.streams import read_into
 
 
@@ -57,6 +57,14 @@ class SourceOptions:
     """How many upcoming remote shards a reader opens in the background while reading one."""
     max_companion_bytes: int = 256 << 20
     """The largest manifest or offset index read (a bigger one is an error, not read whole)."""
+
+    def __repr__(self) -> str:
+        """As a dataclass shows itself, with secret settings (``aws_secret_access_key``, an
+        Azure ``account_key``, a Hub ``token``...) masked."""
+        shown = ", ".join(
+            f"{item.name}={redact_settings(getattr(self, item.name))!r}" for item in fields(self)
+        )
+        return f"{type(self).__name__}({shown})"
 
 
 class Source:

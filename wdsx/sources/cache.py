@@ -50,9 +50,11 @@ _active_lock = threading.Lock()
 
 
 def cache_path(cache_dir: str, url: str, sha256: str | None = None) -> str:
-    """Where the copy of ``url`` lives: a digest of the URL, then a readable basename."""
+    """Where the copy of ``url`` lives: a digest of the URL, then a readable basename (the
+    last part of its path: a query may hold a signature, which would end up in logs)."""
     digest = hashlib.sha256(f"{url}\0{sha256 or ''}".encode()).hexdigest()[:20]
-    basename = re.sub(r"[^A-Za-z0-9._-]+", "_", url.rstrip("/").rsplit("/", 1)[-1]).strip("._-")[:80]
+    path = url.partition("#")[0].partition("?")[0]
+    basename = re.sub(r"[^A-Za-z0-9._-]+", "_", path.rstrip("/").rsplit("/", 1)[-1]).strip("._-")[:80]
     return os.path.join(cache_dir, f"{digest}-{basename or 'shard'}")
 
 

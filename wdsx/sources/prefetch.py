@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 
+from wdsx.core.redact import redact
 from wdsx.sources import open_source, scheme_of
 from wdsx.sources.base import Source, SourceOptions
 
@@ -64,7 +65,7 @@ class _Opening:
         self._cancelled = False
         self._finished = False
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name=f"wdsx-prefetch {url}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"wdsx-prefetch {redact(url)}", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:

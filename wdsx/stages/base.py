@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 from wdsx.core import topology as topologies
+from wdsx.core.redact import redact
 from wdsx.core.sampleseed import epoch_seed, stamp
 from wdsx.read.deal import EpochDeal
 from wdsx.read.rows import RowSource
@@ -339,7 +340,8 @@ def shards_summary(urls: Sequence[str]) -> str:
     """A shard list as a stage's repr shows it: how many, and the first (``3 shards from a.tar``)."""
     if not urls:
         return "no shards"
-    return f"1 shard {urls[0]}" if len(urls) == 1 else f"{len(urls)} shards from {urls[0]}"
+    first = redact(urls[0])
+    return f"1 shard {first}" if len(urls) == 1 else f"{len(urls)} shards from {first}"
 
 
 F = TypeVar("F", bound=Callable)
