@@ -157,6 +157,39 @@ def test_eviction_keeps_the_least_recently_used_out(http_server, proxy, options,
     assert len(proxy.gets()) == 4
 
 
+def test_downloads_finishing_together_stay_within_the_bound(http_server, options, monkeypatch):
+    """Four downloads (as prefetching starts them) that finish at once each make room for
+    themselves before they move in: the copies never total more than the bound, however
+    their steps interleave (each move-in is slowed down here, to widen the window in which
+    another download could make room as if it had not happened)."""
+    import threading
+    import time
+
+    from wdsx.sources import cache
+
+    for name in "efgh":
+        http_server.add(f"together-{name}.tar", random_bytes(MiB, seed=ord(name)))
+    options = SourceOptions(cache_dir=options.cache_dir, cache_size=int(2.5 * MiB))
+    rename = os.rename
+
+    def slow_rename(source: str, target: str) -> None:
+        time.sleep(0.2)
+        rename(source, target)
+
+    monkeypatch.setattr(cache.os, "rename", slow_rename)
+
+    def read(name: str) -> None:
+        with open_source(f"{http_server.url(f'together-{name}.tar')}", 0, options) as source:
+            read_all(source)
+
+    readers = [threading.Thread(target=read, args=(name,)) for name in "efgh"]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join()
+    assert sum(cached_files(options).values()) <= options.cache_size
+
+
 def test_same_basename_in_two_buckets_gets_two_entries(s3_server, fault_proxy, options):
     proxy = fault_proxy(s3_server.port)
     via_proxy = s3_server.options_via(proxy.url, cache_dir=options.cache_dir)

@@ -18,6 +18,7 @@ endless reply costs at most that size on disk.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import logging
@@ -25,7 +26,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from wdsx.core.errors import SourceError
 from wdsx.sources.base import Source, SourceOptions
@@ -38,6 +39,8 @@ Opener = Callable[[str, int, SourceOptions], Source]
 
 PART = ".part"
 LOCK = ".lock"
+PLACING = ".placing.lock"
+"""The file whose lock a download holds while it makes room and moves its copy in."""
 _ENTRY = re.compile(r"[0-9a-f]{20}-[^/]+")
 _OPEN_ROUNDS = 1000
 """Bound on attempts to open a cache entry that keeps changing under us (evicted, renamed...)."""
@@ -204,6 +207,17 @@ def evict(cache_dir: str, limit: int, reserve: int = 0) -> None:
         total -= size
 
 
+@contextlib.contextmanager
+def _placing(cache_dir: str) -> Iterator[None]:
+    """Hold the cache's lock on placing copies (for every thread and process using it)."""
+    fd = os.open(os.path.join(cache_dir, PLACING), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def _remove(path: str) -> None:
     try:
         os.unlink(path)
@@ -262,8 +276,11 @@ class _Download:
     def _run(self) -> None:
         try:
             size = self._copy()
-            evict(os.path.dirname(self.path), self._options.cache_size, reserve=size)
-            os.rename(self.path + PART, self.path)
+            # one download at a time makes room and moves in: two that made room side by side
+            # would each leave room for itself only, and together exceed the bound
+            with _placing(os.path.dirname(self.path)):
+                evict(os.path.dirname(self.path), self._options.cache_size, reserve=size)
+                os.rename(self.path + PART, self.path)
             self.done = True
         except BaseException as exn:
             _remove(self.path + PART)  # first: a reader that sees the error finds no partial copy
