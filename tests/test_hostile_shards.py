@@ -254,7 +254,7 @@ def test_truncated_tgz_through_a_pipe_behaves_as_in_webdataset(tmp_path):
     assert ours == theirs and len(ours) > 5
 
 
-@pytest.mark.parametrize("trailing", ["gzip", "tar"])
+@pytest.mark.parametrize("trailing", ["gzip", "tar", "tar in gzip"])
 def test_data_after_the_archive_comes_after_its_last_sample(tmp_path, trailing):
     """Bytes after a compressed stream's end, or a second archive after the first one's
     end-of-archive marker: every sample of the archive is whole, so the default handler gets
@@ -263,8 +263,10 @@ def test_data_after_the_archive_comes_after_its_last_sample(tmp_path, trailing):
     whole = gz_shard(12)
     if trailing == "gzip":
         path, data = tmp_path / "shard.tar.gz", whole + b"not gzip" * 64
-    else:
+    elif trailing == "tar":
         path, data = tmp_path / "shard.tar", gzip.decompress(whole) * 2
+    else:
+        path, data = tmp_path / "shard.tar.gz", gzip.compress(gzip.decompress(whole) * 2)
     path.write_bytes(data)
     theirs = [s["__key__"] for s in webdataset.WebDataset(str(path), shardshuffle=False)]
     with tarfile.open(fileobj=io.BytesIO(gzip.decompress(whole)), mode="r|") as stream:

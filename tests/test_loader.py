@@ -553,3 +553,30 @@ def test_a_resampled_checkpoint_on_other_workers_says_why_it_cannot_resume(tmp_p
     del batches
     with pytest.raises(wdsx.StateError, match="resampled shards .* resumes only on the number of ranks"):
         _keys_loader(data.urls, data.counts, 3, resampled=True).with_epoch(10).load_state_dict(state)
+
+
+@pytest.mark.parametrize("inner", ["with_epoch", "repeat"])
+@pytest.mark.parametrize("cut", [3, 9])
+def test_len_of_a_resumed_loader_over_a_dataset_that_repeats_is_what_arrives(tmp_path, inner, cut):
+    """A loader over a dataset's own with_epoch(n) (endless streams the loader cuts) or
+    repeat(2) (two epochs in one pass of the loader), resumed on the same workers: len()
+    returns, and says how many batches then arrive."""
+    data = make_shards(str(tmp_path), [7, 3, 9, 5, 4, 6, 8])
+
+    def loader() -> wdsx.WebLoader:
+        dataset = (
+            wdsx.WebDataset(data.urls, counts=data.counts, shardshuffle=True).to_tuple("__key__").batched(4)
+        )
+        dataset = dataset.with_epoch(6) if inner == "with_epoch" else dataset.repeat(2)
+        return wdsx.WebLoader(dataset, batch_size=None, num_workers=2, worker_type="thread")
+
+    first = loader()
+    batches = iter(first)
+    for _ in range(cut):
+        next(batches)
+    state = json.loads(json.dumps(first.state_dict()))
+    del batches
+    resumed = loader()
+    resumed.load_state_dict(state)
+    told = len(resumed)
+    assert sum(1 for _ in resumed) == told

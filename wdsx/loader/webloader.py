@@ -410,7 +410,10 @@ class LoaderSource(Stage):
         for worker, state in enumerate(states):
             reader = distributed.Topology(topology.rank, topology.world_size, worker, max(1, workers))
             restore = None if state is None else dataset.parse_state(state)
-            count = dataset.epoch_count(reader, run.epoch, restore)
+            if restore is not None and dataset.redealt(restore):
+                count = dataset.epoch_count(reader, restore.epoch, restore)
+            else:  # (what a worker delivered is subtracted at the loader's level)
+                count = dataset.epoch_count(reader, run.epoch)
             whole, rest = divmod(count.items, batch) if batch is not None else (count.items, 0)
             items += whole + (1 if rest and not drop_last else 0)
             samples += count.samples
@@ -617,6 +620,13 @@ class WebLoader(DataPipeline):
             topology = distributed.current(self._captured)
             dataset.prepare(topology, endless=self.nsamples > 0 or self.repetitions == sys.maxsize)
         return super().__iter__()
+
+    def __len__(self) -> int:
+        """Batches this rank's next ``iter()`` delivers (see :meth:`DataPipeline.__len__`), with
+        the epoch's length as iterating sets it (a dataset's ``with_epoch(n)`` makes it ``n``
+        per worker)."""
+        self.repetitions, self.nsamples = self.epoch_limits()
+        return super().__len__()
 
     def reads_each_sample_once(self) -> bool:
         dataset = self.dataset

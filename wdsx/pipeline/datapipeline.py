@@ -347,13 +347,28 @@ class DataPipeline(FluidInterface):
                 "(if a torch DataLoader asks, import torch before creating the dataset)"
             )
         epoch = self._epoch_to_count() if epoch is None else epoch
-        passes = restore.passes if restore is not None and restore.passes else self.repetitions
+        # (a loader that runs without end because of its dataset's with_epoch(n) saves endless
+        # passes, and knows it only once it iterates: its count is then its dataset's)
+        passes = (
+            min(restore.passes, self.repetitions)
+            if restore is not None and restore.passes
+            else self.repetitions
+        )
         counts = [
             self._pass_count(topology, epoch + done, restore if done == 0 else None) for done in range(passes)
         ]
         return Count(
             sum(c.items for c in counts), sum(c.samples for c in counts), all(c.single for c in counts)
         )
+
+    def redealt(self, state: PipelineState) -> bool:
+        """Whether ``state`` holds a share re-dealt by an elastic resume (which is counted from
+        the re-deal, see :meth:`epoch_count`)."""
+        index = source_index(self.pipeline)
+        if index is None:
+            return False
+        saved = state.stages.get(stage_keys(self.pipeline)[index])
+        return self.pipeline[index].redealt_plan(saved, state.table()) is not None
 
     def _pass_count(self, topology: distributed.Topology, epoch: int, restore: PipelineState | None) -> Count:
         """What one pass of this pipeline yields in ``epoch`` (see :meth:`epoch_count`)."""

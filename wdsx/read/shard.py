@@ -295,7 +295,9 @@ def _in_compressed(error: Exception, compressed: Decompressed | None) -> Excepti
     where = (
         f"{error.reason} (in {compressed.kind} data read up to compressed byte offset {compressed.position})"
     )
-    return ShardError(error.url or "", error.offset, where, error.member)
+    # of the error's own kind (a TrailingDataError stays one), where it is built as ShardError is
+    kind = type(error) if type(error).__init__ is ShardError.__init__ else ShardError
+    return kind(error.url or "", error.offset, where, error.member)
 
 
 def _locate(url: str, ordinal: int, settings: ReadSettings) -> int | None:

@@ -187,6 +187,9 @@ class PipeSource(PolledStream):
 
     def interrupt(self) -> None:
         """Stop the command (its whole group): the read waiting for its output then ends."""
+        if self._process.poll() is not None:  # it has ended, and is reaped now: its number is free
+            reaper.forget(self._process.pid)
+            return
         try:
             os.killpg(self._process.pid, signal.SIGTERM)
         except ProcessLookupError:

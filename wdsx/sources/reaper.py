@@ -9,12 +9,13 @@ of time by prefetching, until its next write fails.
 So the first command a process starts also starts a watcher: a small process that reads, from
 a pipe only this process writes to, the process group of each command as it starts (``+``)
 and as it is reaped (``-``). When every holder of the pipe's write end is gone (this process,
-and the DataLoader workers forked from it, which inherit it and tell it of their own
-commands), the watcher reads the end of the pipe, kills the groups still listed, and ends.
+which a forked child closes: a DataLoader worker starts a watcher of its own), the watcher
+reads the end of the pipe, kills the groups still listed, and ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -39,6 +40,7 @@ for group in live:
 _lock = threading.Lock()
 _pipe: int | None = None
 """The write end of the pipe to this process's watcher; -1 where none could be started."""
+_watcher_pid = 0
 
 
 def watch(group: int) -> None:
@@ -65,16 +67,19 @@ def _tell(line: bytes) -> None:
         except OSError:  # the watcher is gone (killed by hand): commands are reaped as before
             os.close(_pipe)
             _pipe = -1
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(_watcher_pid, os.WNOHANG)  # no zombie of it is left
 
 
 def _start() -> int:
+    global _watcher_pid
     """Start the watcher, in a session of its own (a Ctrl-C to the trainer's group must not
     end it before it acts), and return the write end of its pipe; -1 where it cannot start.
     It is spawned without a ``subprocess.Popen`` to keep: this process never waits for it (it
     ends after this process), and a Popen left running warns when the interpreter ends."""
     read_end, write_end = os.pipe()  # neither is inherited by the commands this process runs
     try:
-        os.posix_spawn(
+        _watcher_pid = os.posix_spawn(
             sys.executable,
             [sys.executable, "-S", "-c", _WATCHER],
             os.environ,
@@ -93,10 +98,15 @@ def _start() -> int:
 
 
 def _after_fork_in_child() -> None:
-    """A forked child uses its parent's watcher (it holds the pipe's write end too); a fork
-    taken while another thread held the lock must not leave it held for good."""
-    global _lock
+    """A forked child (a DataLoader worker) starts a watcher of its own with its first
+    command: its commands must end with it, not with its parent. The parent's pipe is closed
+    here, as its lock is replaced (a fork taken while another thread held it would leave it
+    held for good)."""
+    global _lock, _pipe, _watcher_pid
     _lock = threading.Lock()
+    if _pipe is not None and _pipe >= 0:
+        os.close(_pipe)
+    _pipe, _watcher_pid = None, 0
 
 
 if hasattr(os, "register_at_fork"):

@@ -33,7 +33,7 @@ from wdsx.stages.base import Run, Stage, source_index
 from wdsx.stages.batch import Batched
 from wdsx.stages.collate import default_collation_fn
 from wdsx.stages.decodebatch import DecodeBatched
-from wdsx.stages.shuffle import Shuffle
+from wdsx.stages.shuffle import Shuffle, detshuffle
 from wdsx.stages.transforms import Transform
 
 Placed = tuple[int, Stage]
@@ -68,7 +68,7 @@ def _structural(stage: Stage) -> bool:
 def _decode_after_shuffles(order: list[Placed], start: int) -> list[Placed]:
     for position in range(len(order)):
         slot, stage = order[position]
-        if type(stage) is not Shuffle:
+        if type(stage) not in (Shuffle, detshuffle):  # (not a subclass that may do more)
             continue
         first = position
         while first > start + 1 and (_pure_decode(order[first - 1][1]) or _structural(order[first - 1][1])):

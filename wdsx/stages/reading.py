@@ -158,16 +158,17 @@ class ShardReader(ShardStage):
             return None
         deal = self.epoch_deal(stages, index)
         restore = run.restore
-        saved = None if restore is None else restore.stages.get(run.keys[index])
-        progress = (
-            None if restore is None or saved is None else ReaderProgress.from_json(saved, restore.table())
+        plan = (
+            None
+            if restore is None
+            else self.redealt_plan(restore.stages.get(run.keys[index]), restore.table())
         )
-        if progress is not None and progress.explicit and progress.plan is not None:
+        if plan is not None:
             # a re-dealt share, whose items are counted from the re-deal (the pipeline's
             # count of items yielded started again there)
             if deal.counts is None:
                 return None
-            samples = deal.plan_size(run.seed, run.epoch, progress.plan)
+            samples = deal.plan_size(run.seed, run.epoch, plan)
             return Count(samples, samples)
         topology = run.topology
         me, readers = deal.reader_of(
@@ -178,6 +179,10 @@ class ShardReader(ShardStage):
 
     def shard_urls(self) -> Sequence[str]:
         return self.urls
+
+    def redealt_plan(self, saved: JsonDict | None, table: PositionTable) -> planning.ConsumerPlan | None:
+        progress = None if saved is None else ReaderProgress.from_json(saved, table)
+        return progress.plan if progress is not None and progress.explicit else None
 
     def redeal_states(
         self,
