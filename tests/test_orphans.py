@@ -155,9 +155,6 @@ def shared_segments(pids: set[int] | None) -> set[tuple[str, str, str]]:
 
 def start(run: Run, urls: list[str], directory: Path) -> tuple[subprocess.Popen, str]:
     """The trainer of ``run``, in a session of its own, and the marker of its processes."""
-    token = uuid.uuid4().hex
-    script = directory / "trainer.py"
-    script.write_text(TRAINER)
     settings = {
         "workers": run.workers,
         "shuffle": run.shuffle,
@@ -165,16 +162,47 @@ def start(run: Run, urls: list[str], directory: Path) -> tuple[subprocess.Popen,
         "context": run.context,
         "decode_threads": run.decode_threads,
     }
+    return launch(TRAINER, [urls, settings], directory)
+
+
+def launch(program: str, argument: object, directory: Path) -> tuple[subprocess.Popen, str]:
+    """``program`` run with ``argument`` (as JSON) in a session of its own, and the marker
+    its processes carry."""
+    token = uuid.uuid4().hex
+    script = directory / "trainer.py"
+    script.write_text(program)
     environment = {**os.environ, MARKER: token, "PYTHONPATH": str(REPO)}
     with (directory / "stderr.txt").open("wb") as errors:
         process = subprocess.Popen(
-            [sys.executable, str(script), json.dumps([urls, settings])],
+            [sys.executable, str(script), json.dumps(argument)],
             stdout=subprocess.PIPE,
             stderr=errors,
             env=environment,
             start_new_session=True,
         )
     return process, token
+
+
+def assert_gone_in_time(token: str, what: str) -> None:
+    """Within :data:`DEADLINE` seconds no process carrying ``token`` is alive."""
+    deadline = time.monotonic() + DEADLINE
+    alive = members(token)
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = members(token)
+    assert not alive, f"{what}: processes {sorted(alive)} still alive {DEADLINE} s after the signal"
+
+
+def end_all(process: subprocess.Popen, token: str) -> None:
+    """Kill what a failed run left (it ends with the test), and reap the trainer."""
+    for pid in members(token) | {process.pid}:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    process.wait()
+    assert process.stdout is not None
+    process.stdout.close()
 
 
 def wait_for_batches(process: subprocess.Popen, count: int, directory: Path) -> None:
@@ -209,21 +237,9 @@ def trial(run: Run, urls: list[str], directory: Path) -> None:
             os.killpg(process.pid, signal.SIGINT)  # as Ctrl-C in a terminal: the whole group
         else:
             process.send_signal(run.kill_with)
-        deadline = time.monotonic() + DEADLINE
-        alive = members(token)
-        while alive and time.monotonic() < deadline:
-            time.sleep(0.05)
-            alive = members(token)
-        assert not alive, f"{run}: processes {sorted(alive)} still alive {DEADLINE} s after the signal"
+        assert_gone_in_time(token, str(run))
     finally:
-        for pid in members(token) | {process.pid}:  # what a failed run left ends with the test
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        process.wait()
-        assert process.stdout is not None
-        process.stdout.close()
+        end_all(process, token)
     assert any("/memfd:wdsx-batch" in name for _, _, name in segments), f"{run}: no batch segment seen"
     held = shared_segments(None) & segments
     assert not held, f"{run}: segments of the dead trainer still mapped: {held}"
@@ -283,33 +299,11 @@ def test_a_killed_trainer_leaves_no_pipe_command(tmp_path, workers, kill_with):
     started, and whatever watched it are gone within the deadline all the same."""
     shard = write_tar(str(tmp_path / "shard.tar"), [(f"k{i:03d}.txt", b"x") for i in range(40)])
     urls = [f"pipe:cat {shard}", f"pipe:sleep 60; cat {shard}"]
-    script = tmp_path / "trainer.py"
-    script.write_text(PIPE_TRAINER)
-    token = uuid.uuid4().hex
-    with (tmp_path / "stderr.txt").open("wb") as errors:
-        process = subprocess.Popen(
-            [sys.executable, str(script), json.dumps([urls, [40, 40], workers])],
-            stdout=subprocess.PIPE,
-            stderr=errors,
-            env={**os.environ, MARKER: token, "PYTHONPATH": str(REPO)},
-            start_new_session=True,
-        )
+    process, token = launch(PIPE_TRAINER, [urls, [40, 40], workers], tmp_path)
     try:
         wait_for_batches(process, 3, tmp_path)
         assert any(b"sleep" in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in members(token))
         process.send_signal(kill_with)
-        deadline = time.monotonic() + DEADLINE
-        alive = members(token)
-        while alive and time.monotonic() < deadline:
-            time.sleep(0.05)
-            alive = members(token)
-        assert not alive, f"processes {sorted(alive)} still alive {DEADLINE} s after the signal"
+        assert_gone_in_time(token, f"{workers} workers, {kill_with!r}")
     finally:
-        for pid in members(token) | {process.pid}:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        process.wait()
-        assert process.stdout is not None
-        process.stdout.close()
+        end_all(process, token)
