@@ -325,6 +325,37 @@ def test_checkpoints_reprs_cache_names_and_the_command_show_no_credentials(tmp_p
         server.stop()
 
 
+def test_shards_that_mask_alike_resume_and_nothing_in_a_state_tests_a_password(tmp_path):
+    """Two shard URLs that differ only in their signature (the same object listed twice), and a
+    pipe: command with a password in its second URL: the checkpoint resumes exactly (each
+    URL that could not be told apart from another once masked is kept as it is), holds no
+    password, and nothing in it depends on the password (a pipeline reading with another one
+    has the same fingerprint), so it cannot be guessed offline against the state."""
+    server = RangeHTTPServer(str(tmp_path)).start()
+    try:
+        server.add("x.tar", tar_bytes([(f"x{i:02d}.txt", b"x" * 100) for i in range(12)]))
+
+        def dataset(password: str) -> wdsx.WebDataset:
+            signed = server.url("x.tar") + "?sig="
+            # (the command's second word is a URL with a password, which the shell ignores)
+            piped = f"pipe:cat {tmp_path / 'x.tar'} && : http://alice:{password}@example.com/x.tar"
+            urls = [signed + "AAA", signed + "BBB", piped]
+            return wdsx.WebDataset(urls, shardshuffle=False, manifest=False).shuffle(5)
+
+        whole = [sample["__key__"] for sample in dataset("hunter2")]
+        first = dataset("hunter2")
+        batches = iter(first)
+        seen = [next(batches)["__key__"] for _ in range(20)]
+        state = json.loads(json.dumps(first.state_dict()))
+        assert "hunter2" not in json.dumps(state)
+        resumed = dataset("hunter2")
+        resumed.load_state_dict(state)
+        assert seen + [sample["__key__"] for sample in resumed] == whole
+        assert dataset("hunter2").fingerprint() == dataset("swordfish").fingerprint()
+    finally:
+        server.stop()
+
+
 _KILLED_WRITER = textwrap.dedent(
     """
     import os, signal, sys

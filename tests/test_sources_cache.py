@@ -228,3 +228,53 @@ def test_missing_shard_is_reported_at_open(proxy, options):
     with pytest.raises(SourceError, match="HTTP 404"):
         open_source(f"{proxy.url}/absent.tar", 0, options)
     assert cached_files(options) == {}
+
+
+def test_a_child_forked_while_a_download_moves_in_can_use_the_cache(tmp_path, monkeypatch):
+    """A process forked (a DataLoader worker) while a download thread holds the lock on moving
+    copies in does not keep that lock: its own downloads, and the parent's, move in."""
+    import signal
+    import threading
+
+    from wdsx.sources import cache
+    from wdsx.sources.local import LocalSource
+
+    for name in "abc":
+        (tmp_path / f"{name}.bin").write_bytes(random_bytes(100_000, seed=ord(name)))
+    options = SourceOptions(cache_dir=str(tmp_path / "cache"), cache_size=10**9)
+
+    def opener(url: str, offset: int, _options: SourceOptions) -> LocalSource:
+        return LocalSource(url, url.removeprefix("remote://"), offset)
+
+    inside, forked = threading.Event(), threading.Event()
+    evict = cache.evict
+
+    def evict_once_forked(*args, **kwargs):  # the first download waits here, holding the lock
+        if not forked.is_set():
+            inside.set()
+            forked.wait(30)
+        return evict(*args, **kwargs)
+
+    monkeypatch.setattr(cache, "evict", evict_once_forked)
+
+    def fetch(name: str) -> None:
+        url = f"remote://{tmp_path}/{name}.bin"
+        with cache.open_cached(url, 0, options, opener) as source:
+            read_all(source)
+        while not os.path.exists(cache.cache_path(options.cache_dir, url)):  # moved in
+            threading.Event().wait(0.01)
+
+    first = cache.open_cached(f"remote://{tmp_path}/a.bin", 0, options, opener)
+    assert inside.wait(30)
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child's outcome is its exit status
+        signal.alarm(20)
+        forked.set()
+        fetch("b")
+        os._exit(0)
+    forked.set()
+    read_all(first)
+    first.close()
+    fetch("c")
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the child could not move its download in"

@@ -167,6 +167,8 @@ class DataPipeline(FluidInterface):
 
     _data: JsonDict | None = None
     """The shards' identities, found once (:meth:`data_identity`)."""
+    _masks: masking.UrlMasks | None = None
+    """How checkpoints show the shards' URLs, worked out once (:meth:`url_masks`)."""
 
     def __init__(self, *stages: Any, seed: int | str | None = None):
         self.pipeline = StageList()
@@ -521,7 +523,7 @@ class DataPipeline(FluidInterface):
             warnings.warn(message + " (strict=False: resuming restarts those stages)", stacklevel=2)
         state = self.current_state()
         state.data = self.data_identity()
-        return validate.signed(masking.masked(as_json(state.to_json())))
+        return validate.signed(self.url_masks().masked(as_json(state.to_json())))
 
     def current_state(self) -> PipelineState:
         """The current state, without checking that it can be restored exactly."""
@@ -584,9 +586,14 @@ class DataPipeline(FluidInterface):
         """A checkpoint of this pipeline, of any version this wdsx reads, as today's type (its
         envelope checked field by field, and its digest; see :meth:`checked_state`), with this
         pipeline's own shard URLs where the checkpoint shows them masked."""
-        state = PipelineState.from_json(data, self.upgrade_state)
-        shards = (self.data_identity() or {}).get("shards", [])
-        return masking.unmasked(state, (entry[0] for entry in shards))
+        return self.url_masks().unmasked(PipelineState.from_json(data, self.upgrade_state))
+
+    def url_masks(self) -> masking.UrlMasks:
+        """How this pipeline's checkpoints show its shard URLs (credentials masked)."""
+        if self._masks is None:
+            shards = (self.data_identity() or {}).get("shards", [])
+            self._masks = masking.UrlMasks(entry[0] for entry in shards)
+        return self._masks
 
     def upgrade_state(self, data: JsonDict) -> JsonDict:
         """A version-2 checkpoint of this pipeline in today's form: version 2 keyed stage

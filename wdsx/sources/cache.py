@@ -50,6 +50,8 @@ _POLL_SECONDS = (0.001, 0.02)
 _active: dict[str, _Download] = {}
 """Downloads running in this process, by final cache path."""
 _active_lock = threading.Lock()
+_placing_fds: set[int] = set()
+"""Descriptors of the placing lock that download threads hold (see :func:`_placing`)."""
 
 
 def cache_path(cache_dir: str, url: str, sha256: str | None = None) -> str:
@@ -209,12 +211,19 @@ def evict(cache_dir: str, limit: int, reserve: int = 0) -> None:
 
 @contextlib.contextmanager
 def _placing(cache_dir: str) -> Iterator[None]:
-    """Hold the cache's lock on placing copies (for every thread and process using it)."""
+    """Hold the cache's lock on placing copies (for every thread and process using it). The
+    descriptor holding it is listed while held: a child forked meanwhile closes its copy,
+    which would otherwise keep the lock held for as long as the child lives."""
     fd = os.open(os.path.join(cache_dir, PLACING), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    with _active_lock:
+        _placing_fds.add(fd)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)  # (a copy forked before it was listed must not keep it)
+        with _active_lock:
+            _placing_fds.discard(fd)
         os.close(fd)
 
 
@@ -330,6 +339,9 @@ def _forget_downloads_after_fork() -> None:
             os.close(download._file)
         os.close(download._lock)
     _active.clear()
+    for fd in _placing_fds:
+        os.close(fd)
+    _placing_fds.clear()
 
 
 os.register_at_fork(after_in_child=_forget_downloads_after_fork)

@@ -17,6 +17,7 @@ from typing import Any
 from wdsx.core import rng
 from wdsx.core import topology as distributed
 from wdsx.core.errors import Handler, NoSamplesError, StateError, reraise_exception
+from wdsx.core.redact import redact_text
 from wdsx.core.sampleseed import EPOCH_SEED
 from wdsx.read import deal as planning
 from wdsx.read.fieldsets import FieldJoin, FieldSet
@@ -120,7 +121,9 @@ class ShardReader(ShardStage):
         self.resampled = resampled
         self.custom_split = custom_split
         self.empty_check = empty_check
-        self._fingerprint = rng.derive_seed("\n".join(urls))
+        # (of the URLs as messages show them: a checkpoint holds the fingerprint, and a hash
+        # of the whole URLs would let a password be guessed offline against it)
+        self._fingerprint = rng.derive_seed("\n".join(map(redact_text, urls)))
 
     @property
     def urls(self) -> tuple[str, ...]:

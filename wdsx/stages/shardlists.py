@@ -23,6 +23,7 @@ from typing import Any
 
 from wdsx.core import rng
 from wdsx.core import topology as distributed
+from wdsx.core.redact import redact_text
 from wdsx.core.torchdataset import iterable_dataset
 from wdsx.core.utilities import make_seed
 from wdsx.read.deal import epoch_order
@@ -100,7 +101,7 @@ class SimpleShardList(ShardListStage):
         return len(self.urls)
 
     def describe(self) -> str:
-        digest = rng.derive_seed("\n".join(self.urls))
+        digest = rng.derive_seed("\n".join(map(redact_text, self.urls)))  # (see ShardReader)
         return f"shardlist(n={len(self.urls)}, hash={digest:016x}, seed={self.seed})"
 
     def __repr__(self) -> str:
