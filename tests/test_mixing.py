@@ -308,3 +308,30 @@ def test_a_mix_inside_a_mix_re_dealt_after_a_reader_finished_it_reads_the_rest_o
         resumed = loader(workers)
         resumed.load_state_dict(state)
         assert Counter(delivered + samples(resumed)) == every_key([x, y, z])
+
+
+@pytest.mark.parametrize(("before", "after"), [(2, 3), (3, 1)])
+def test_len_of_a_mixture_re_dealt_to_other_workers_is_what_arrives(three, before, after):
+    """A mixture (stop="all") whose sources know their sample counts, re-dealt to another
+    number of workers: len() counts each source's re-dealt share, the batches that then
+    arrive, which with those before are every sample once."""
+
+    def loader(workers: int) -> wdsx.WebLoader:
+        sources = [
+            wdsx.WebDataset(shards.urls, shardshuffle=True, counts=shards.counts).to_tuple("__key__")
+            for shards in three
+        ]
+        mixture = wdsx.Mix(sources, [3, 1, 2], stop="all", seed=3).batched(4)
+        return wdsx.WebLoader(mixture, batch_size=None, num_workers=workers, worker_type="thread")
+
+    first = loader(before)
+    batches = iter(first)
+    seen = [key for _ in range(9) for key in next(batches)[0]]
+    state = json.loads(json.dumps(first.state_dict()))
+    del batches
+    resumed = loader(after)
+    resumed.load_state_dict(state)
+    told = len(resumed)
+    rest = [keys for (keys,) in resumed]
+    assert told == len(rest)
+    assert Counter(seen + [key for keys in rest for key in keys]) == Counter(k for s in three for k in s.keys)

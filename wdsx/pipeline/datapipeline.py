@@ -370,7 +370,7 @@ class DataPipeline(FluidInterface):
         if index is None:
             return False
         saved = state.stages.get(stage_keys(self.pipeline)[index])
-        return self.pipeline[index].redealt_plan(saved, state.table()) is not None
+        return self.pipeline[index].redealt(saved, state.table())
 
     def _pass_count(self, topology: distributed.Topology, epoch: int, restore: PipelineState | None) -> Count:
         """What one pass of this pipeline yields in ``epoch`` (see :meth:`epoch_count`)."""

@@ -190,7 +190,20 @@ class MixSource(Stage):
         """Under ``stop="all"`` a reader yields all of its share of every source."""
         if self.stop != "all":
             return None
-        counts = [source.epoch_count(run.topology, run.epoch) for source in self.sources]
+        restore = run.restore
+        saved = None if restore is None else restore.stages.get(run.keys[index])
+        mix = None
+        if restore is not None and saved is not None and self.redealt(saved, restore.table()):
+            mix = MixState.from_json(saved, restore.table())
+        counts = []
+        for k, source in enumerate(self.sources):
+            # a re-dealt source's share is counted from the re-deal, as for a single source
+            source_saved = None if mix is None else mix.sources[k]
+            state = None if source_saved is None else source.parse_state(source_saved)
+            if state is not None and source.redealt(state):
+                counts.append(source.epoch_count(run.topology, state.epoch, state))
+            else:
+                counts.append(source.epoch_count(run.topology, run.epoch))
         samples = sum(c.samples for c in counts)
         if self.batch_size is None:
             return Count(sum(c.items for c in counts), samples, all(c.single for c in counts))
@@ -331,6 +344,16 @@ class MixSource(Stage):
             )
         # which epoch of its source the item was read in is not kept: no epoch seed (see EPOCH_SEED)
         return reread(self.sources[owners[0]].pipeline, [position], None)[0]
+
+    def redealt(self, saved: JsonDict | None, table: PositionTable) -> bool:
+        """Whether a saved state of the mixer holds sources' shares re-dealt by an elastic resume."""
+        if saved is None:
+            return False
+        mix = MixState.from_json(saved, table)
+        return any(
+            state is not None and source.redealt(source.parse_state(state))
+            for source, state in zip(self.sources, mix.sources)
+        )
 
     def redeal_states(
         self,

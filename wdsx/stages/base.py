@@ -250,10 +250,10 @@ class Stage:
         checkpoint never fails at iteration time. Most stages' states are checked whole by their
         type's parser."""
 
-    def redealt_plan(self, saved: JsonDict | None, table: PositionTable) -> Any:
-        """For the stage that reads shards: the plan a saved state of it was re-dealt by an
-        elastic resume (what it reads from the re-deal on); None for any other state."""
-        return None
+    def redealt(self, saved: JsonDict | None, table: PositionTable) -> bool:
+        """For the stage that reads samples: whether a saved state of it holds a share re-dealt
+        by an elastic resume (whose items are counted from the re-deal on)."""
+        return False
 
     def held_positions(self, saved: JsonDict | None, table: PositionTable) -> list[Position]:
         """Positions of the samples a saved state of this stage holds, not yet passed on."""

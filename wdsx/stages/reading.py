@@ -164,7 +164,7 @@ class ShardReader(ShardStage):
         plan = (
             None
             if restore is None
-            else self.redealt_plan(restore.stages.get(run.keys[index]), restore.table())
+            else self._redealt_plan(restore.stages.get(run.keys[index]), restore.table())
         )
         if plan is not None:
             # a re-dealt share, whose items are counted from the re-deal (the pipeline's
@@ -183,7 +183,12 @@ class ShardReader(ShardStage):
     def shard_urls(self) -> Sequence[str]:
         return self.urls
 
-    def redealt_plan(self, saved: JsonDict | None, table: PositionTable) -> planning.ConsumerPlan | None:
+    def redealt(self, saved: JsonDict | None, table: PositionTable) -> bool:
+        return self._redealt_plan(saved, table) is not None
+
+    @staticmethod
+    def _redealt_plan(saved: JsonDict | None, table: PositionTable) -> planning.ConsumerPlan | None:
+        """The plan of a re-dealt share a saved state of this stage reads; None for any other."""
         progress = None if saved is None else ReaderProgress.from_json(saved, table)
         return progress.plan if progress is not None and progress.explicit else None
 
