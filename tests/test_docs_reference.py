@@ -188,3 +188,20 @@ def test_the_command_line_page_holds_every_subcommand():
 def test_docstring_roles_show_as_plain_code():
     html = "see :class:<code>~wdsx.state.position.Position</code> and :mod:<code>wdsx.stages.plan</code>"
     assert generate.plain_roles(html) == "see <code>Position</code> and <code>wdsx.stages.plan</code>"
+
+
+def test_each_section_has_its_own_table_and_the_peers_table_names_its_column(tmp_path):
+    rows = [{**ROWS[0], "section": "read"}, {**ROWS[1], "section": "peers"}, {**ROWS[2], "section": "read"}]
+    write_run(tmp_path, "2026-01-02", rows)
+    page = benchresults.performance_section(str(tmp_path))
+    tables = {
+        block.splitlines()[0]: [line for line in block.splitlines()[1:] if line.startswith("| ")]
+        for block in page.split("\n\n")
+        if block.startswith("#### ")
+    }
+    assert list(tables) == ["#### read", "#### peers"]
+    assert "the other loader" in tables["#### peers"][0] and "webdataset" in tables["#### read"][0]
+    assert [line.split(" | ")[0].strip("| ") for line in tables["#### read"][1:]] == [
+        ROWS[0]["benchmark"],
+        ROWS[2]["benchmark"],
+    ]

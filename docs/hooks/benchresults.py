@@ -54,12 +54,24 @@ def cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+COLUMNS = ("benchmark", "wdsx", "webdataset", "ratio", "target")
+HEADINGS = {"peers": ("benchmark", "wdsx", "the other loader", "ratio", "target")}
+"""Column headings of a section whose third column is not webdataset's figure."""
+
+
 def table(run: Run) -> str:
-    """The run's rows as a Markdown table."""
-    columns = ("benchmark", "wdsx", "webdataset", "ratio", "target")
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(row.get(column, "")) for column in columns) + " |" for row in run.rows]
-    return "\n".join(lines)
+    """The run's rows as Markdown tables, one per ``make bench`` section, in the rows' order."""
+    sections: dict[str, list[dict]] = {}
+    for row in run.rows:
+        sections.setdefault(row.get("section", ""), []).append(row)
+    tables = []
+    for section, rows in sections.items():
+        headings = HEADINGS.get(section, COLUMNS)
+        lines = [f"#### {section}"] if section and len(sections) > 1 else []
+        lines += ["| " + " | ".join(headings) + " |", "|" + "---|" * len(headings)]
+        lines += ["| " + " | ".join(cell(row.get(column, "")) for column in COLUMNS) + " |" for row in rows]
+        tables.append("\n".join(lines))
+    return "\n\n".join(tables)
 
 
 def machine_line(run: Run) -> str:
@@ -151,14 +163,21 @@ def history_chart(runs: list[Run]) -> str:
     parts.append(_text(left - 6, top + plot_height, "0", anchor="end"))
     for index, run in enumerate(runs):
         x, _ = point(index, 0)
-        parts.append(_text(x, top + plot_height + 16, run.date, anchor="middle"))
+        # (the first and last dates end at the plot's edges, inside the picture)
+        anchor = "start" if index == 0 else "end" if index == len(runs) - 1 else "middle"
+        parts.append(_text(x, top + plot_height + 16, run.date, anchor=anchor))
     for number, (name, points) in enumerate(sorted(series.items())):
         colour = LINE_COLOURS[number % len(LINE_COLOURS)]
+        # past the colours, the same colours again with dashes: no two lines look alike
+        dashes = ' stroke-dasharray="6 4"' if number // len(LINE_COLOURS) % 2 else ""
         path = " ".join(f"{x:.1f},{y:.1f}" for x, y in (point(i, r) for i, r in points))
-        parts.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"/>')
+        parts.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"{dashes}/>')
         legend_y = top + plot_height + 36 + 18 * number
-        parts.append(f'<rect x="{left}" y="{legend_y - 10}" width="12" height="12" fill="{colour}"/>')
-        parts.append(_text(left + 18, legend_y, _shorten(name, 80), anchor="start"))
+        parts.append(
+            f'<line x1="{left}" y1="{legend_y - 4}" x2="{left + 14}" y2="{legend_y - 4}" stroke="{colour}" '
+            f'stroke-width="3"{dashes}/>'
+        )
+        parts.append(_text(left + 20, legend_y, _shorten(name, 80), anchor="start"))
     parts.append("</svg>")
     return "\n".join(parts)
 
