@@ -16,7 +16,7 @@ import resource
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +26,8 @@ import PIL.Image
 from benchmarks import bound
 from benchmarks.bench_read import libraries
 
+BATCH = 64
+"""The rgb8 pipelines' batch size."""
 MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32).reshape(3, 1, 1)
 STD = np.array([0.229, 0.224, 0.225], dtype=np.float32).reshape(3, 1, 1)
 
@@ -52,7 +54,7 @@ def tutorial_work(data: bytes) -> Any:
 def rgb8_pipeline(wds: Any, urls: list[str]) -> Any:
     """The rgb8 case's pipeline, which its loaders run in their workers."""
     dataset = wds.WebDataset(urls, shardshuffle=False).shuffle(1000).decode("rgb8")
-    return dataset.to_tuple("jpg", "cls").batched(64)
+    return dataset.to_tuple("jpg", "cls").batched(BATCH)
 
 
 def rgb8_loader(
@@ -122,6 +124,10 @@ class Case:
     work: Callable[[bytes], Any] | None = None
     """Where the pipeline runs user code per sample: the decoder and that code, measured like
     the bound (as ``"decode + transform"``), since no loader can skip that either."""
+    decode_batch: Callable[[Sequence[bytes]], Any] | None = None
+    """The decoder writing into batch arrays of the pipeline's size, as delivering batches
+    needs (as ``"decoder into batches"``): the part of the gap to the bound that is memory,
+    not the loader."""
     pipeline: Callable[[list[str]], Any] | None = None
     """wdsx's pipeline of the case, iterated directly in as many processes with no loader (as
     ``"pipeline alone"``): what the loader's own work adds is the difference."""
@@ -164,6 +170,10 @@ def measure(case: Case, repeats: int) -> Measured:
         name: functools.partial(bound.decode_rate, payloads, work, case.processes)
         for name, work in references.items()
     }
+    if case.decode_batch is not None:
+        rates["decoder into batches"] = functools.partial(
+            bound.batch_decode_rate, payloads, case.decode_batch, case.processes, BATCH
+        )
     if case.pipeline is not None:
         rates["pipeline alone"] = functools.partial(
             bound.pipeline_rate, case.urls, len(payloads), case.pipeline, case.processes
@@ -206,6 +216,7 @@ def cases() -> dict[str, Case]:
             "jpg",
             bound.simplejpeg_rgb,
             2,
+            decode_batch=bound.simplejpeg_rgb_batch,
             pipeline=lambda urls: rgb8_pipeline(wdsx, urls),
         ),
         "decode first": Case(both(decode_first_loader, jpeg), jpeg, "jpg", bound.simplejpeg_rgb, 2),
@@ -283,7 +294,20 @@ def loader_rows(repeats: int) -> list[Row]:
                     "",
                 )
             )
-            alone, cpu = rates["pipeline alone"], measured.cpu_ms
+            batches, cpu = rates["decoder into batches"], measured.cpu_ms
+            into = cpu["decoder into batches"]
+            rows.append(
+                (
+                    f"... the decoder alone writing into {BATCH}-image batch arrays, 2 processes",
+                    _rate(batches),
+                    "",
+                    f"CPU per sample {into / cpu['bound']:.2f}x the bound's: writing to memory "
+                    f"outside the cache; WebLoader(2) at {into / cpu['wdsx']:.2f} of this, 2 thread "
+                    f"workers at {into / cpu['wdsx 2 thread workers']:.2f} (in CPU per sample)",
+                    "",
+                )
+            )
+            alone = rates["pipeline alone"]
             rows.append(
                 (
                     "... the same pipeline iterated in 2 processes, no loader (wdsx)",

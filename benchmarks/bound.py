@@ -28,6 +28,20 @@ def simplejpeg_rgb(data: bytes) -> Any:
     return simplejpeg.decode_jpeg(data, colorspace="RGB")
 
 
+def simplejpeg_rgb_batch(payloads: Sequence[bytes]) -> Any:
+    """The same decoder writing each image into its slot of one new batch array, as a loader
+    that hands out batches of decoded images must: the images land in memory that is not in
+    the CPU's cache, where :func:`simplejpeg_rgb` in a loop rewrites one array that stays there."""
+    import numpy as np
+    import simplejpeg
+
+    height, width, _, _ = simplejpeg.decode_jpeg_header(payloads[0])
+    batch = np.empty((len(payloads), height, width, 3), dtype=np.uint8)
+    for slot, data in zip(batch, payloads):
+        simplejpeg.decode_jpeg(data, colorspace="RGB", buffer=slot)
+    return batch
+
+
 def pillow_rgb(data: bytes) -> Any:
     """What ``decode("pil")`` runs: Pillow opens and loads, and converts to RGB an image in
     another mode (an RGB image needs no copy)."""
@@ -44,6 +58,14 @@ def pillow_rgb(data: bytes) -> Any:
 def _decode_share(payloads: Sequence[bytes], decode: Callable[[bytes], Any], index: int, of: int) -> None:
     for data in payloads[index::of]:
         decode(data)
+
+
+def _batch_share(
+    payloads: Sequence[bytes], decode: Callable[[Sequence[bytes]], Any], size: int, index: int, of: int
+) -> None:
+    share = payloads[index::of]
+    for start in range(0, len(share), size):
+        decode(share[start : start + size])
 
 
 def _pipeline_share(
@@ -87,6 +109,14 @@ def decode_rate(payloads: Sequence[bytes], decode: Callable[[bytes], Any], proce
     return parallel_rate(len(payloads), functools.partial(_decode_share, payloads, decode), processes)
 
 
+def batch_decode_rate(
+    payloads: Sequence[bytes], decode: Callable[[Sequence[bytes]], Any], processes: int, size: int
+) -> float:
+    """Items per second of ``processes`` forked processes, each decoding its share of
+    ``payloads`` in batches of ``size`` with ``decode(batch_payloads)``."""
+    return parallel_rate(len(payloads), functools.partial(_batch_share, payloads, decode, size), processes)
+
+
 def pipeline_rate(
     urls: Sequence[str], items: int, build: Callable[[list[str]], Iterable[Any]], processes: int
 ) -> float:
@@ -106,6 +136,7 @@ def mean_decode_ms(payloads: Sequence[bytes], decode: Callable[[bytes], Any], li
 
 
 __all__ = [
+    "batch_decode_rate",
     "decode_rate",
     "field_bytes",
     "mean_decode_ms",
@@ -113,4 +144,5 @@ __all__ = [
     "pillow_rgb",
     "pipeline_rate",
     "simplejpeg_rgb",
+    "simplejpeg_rgb_batch",
 ]
