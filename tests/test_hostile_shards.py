@@ -25,7 +25,8 @@ import webdataset
 import wdsx
 from tests.fuzz import tarbytes
 from wdsx.commands import cli
-from wdsx.core.errors import NoSamplesError
+from wdsx.core.compression import Decompressed, DecompressionError
+from wdsx.core.errors import NoSamplesError, TrailingDataError
 from wdsx.read.manifest import Manifest, ShardEntry, scan_counts
 
 CPU_SECONDS = 1.0
@@ -279,6 +280,49 @@ def test_data_after_the_archive_comes_after_its_last_sample(tmp_path, trailing):
     assert ours == theirs == [f"k{i:03d}" for i in range(12)]
     assert caught.value.offset == marker and caught.value.member is None
     assert "after the end-of-archive marker" in str(caught.value)
+
+
+def test_a_failed_gzip_check_is_damage_not_trailing_data(tmp_path):
+    """A byte changed inside a stored (uncompressed) deflate block decodes, wrongly, and only
+    the gzip trailer's CRC-32 says so, after the end-of-archive marker: that is damage that
+    may lie in samples already delivered, so a plain ShardError, never TrailingDataError
+    (whose samples are whole)."""
+    plain = io.BytesIO()
+    with tarfile.open(fileobj=plain, mode="w", format=tarfile.USTAR_FORMAT) as archive:
+        for i in range(3):
+            info = tarfile.TarInfo(f"s{i}.txt")
+            info.size = len(b"payload 0")
+            archive.addfile(info, io.BytesIO(b"payload %d" % i))
+    damaged = bytearray(gzip.compress(plain.getvalue(), compresslevel=0))
+    damaged[damaged.find(b"payload 1")] = ord("X")
+    path = tmp_path / "crc.tar.gz"
+    path.write_bytes(bytes(damaged))
+    with pytest.raises(zlib.error, match="incorrect data check"):
+        zlib.decompress(bytes(damaged), 31)  # the independent decoder's verdict
+    with pytest.raises(wdsx.ShardError) as caught:
+        read_all(str(path))
+    assert not isinstance(caught.value, TrailingDataError)
+    assert "incorrect data check" in str(caught.value)
+
+
+def test_after_gzip_damage_the_position_is_where_the_decoder_failed():
+    """The bytes decoded before damage are handed out first (a tar header garbled by the
+    damage is reported from them, with the position): by then the compressed position has
+    reached the byte an independent decoder (zlib, fed a byte at a time) fails on."""
+    data = corrupt_middle(gz_shard())
+    decoder, failed_at = zlib.decompressobj(31), None
+    for at in range(len(data)):
+        try:
+            decoder.decompress(data[at : at + 1])
+        except zlib.error:
+            failed_at = at
+            break
+    assert failed_at is not None
+    stream = Decompressed(io.BytesIO(data).read, "gzip")
+    with pytest.raises(DecompressionError) as caught:
+        while stream.read(1 << 16):
+            pass
+    assert stream.position == caught.value.position == failed_at
 
 
 def test_pax_headers_of_many_tiny_records_cost_their_bytes(tmp_path):

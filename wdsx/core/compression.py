@@ -83,6 +83,12 @@ class InflationError(DecompressionError):
         WdsxError.__init__(self, f"{kind} data refused at compressed byte offset {position}: {detail}")
 
 
+class DataAfterStreamError(DecompressionError):
+    """After a whole compressed stream, whose own checks passed, come bytes that are neither
+    zero padding nor another stream: what was decompressed is intact, and the rest is
+    trailing data (the tar reader reports it as such)."""
+
+
 def named_compressed(url: str) -> bool:
     """Whether the name says the shard is compressed (so it cannot be opened at an offset)."""
     return url.endswith(COMPRESSED_SUFFIXES)
@@ -180,9 +186,8 @@ class Decompressed:
         except _DECODER_ERRORS as exn:
             salvaged, offset = self._salvage(backup, data) if backup is not None else (b"", 0)
             self._output = salvaged
-            self._error = DecompressionError(
-                self.kind, self.position + offset, str(exn) or type(exn).__name__
-            )
+            self.position += offset  # the salvaged bytes came from the input before the damage
+            self._error = DecompressionError(self.kind, self.position, str(exn) or type(exn).__name__)
             return b""
         if zlib_decoder:
             tail = self._decoder.unconsumed_tail
@@ -217,7 +222,7 @@ class Decompressed:
         while not rest.strip(b"\0"):
             self.position += len(rest)
             if self.position - end > MAX_PADDING:
-                self._error = DecompressionError(
+                self._error = DataAfterStreamError(
                     self.kind,
                     end,
                     f"more than {MAX_PADDING} zero bytes after the end of the compressed stream",
@@ -237,7 +242,7 @@ class Decompressed:
                 break
             rest += more
         if not rest.startswith(magic):
-            self._error = DecompressionError(
+            self._error = DataAfterStreamError(
                 self.kind, self.position, "data after the end of the compressed stream"
             )
             return

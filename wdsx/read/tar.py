@@ -31,7 +31,7 @@ import zlib
 from collections.abc import Callable, Generator
 from typing import Any, Protocol, cast
 
-from wdsx.core.compression import DecompressionError
+from wdsx.core.compression import DataAfterStreamError, DecompressionError
 from wdsx.core.errors import ShardError, TrailingDataError
 from wdsx.core.limits import max_member_bytes
 from wdsx.core.streams import read_into
@@ -132,7 +132,9 @@ def _check_end(
 ) -> None:
     """After the end-of-archive marker at ``marker`` only zero padding may follow, up to the
     end of the stream and at most :data:`MAX_END_PADDING` bytes of it; anything else raises
-    :class:`TrailingDataError`. ``view[first:filled]`` holds the bytes already read from
+    :class:`TrailingDataError`. Damage a compressed stream's decoder finds there (its check of
+    the whole stream failing, say) raises a plain :class:`ShardError`: the bytes before the
+    marker may be damaged too. ``view[first:filled]`` holds the bytes already read from
     offset ``at``."""
     while True:
         found = _first_nonzero(view[first:filled])
@@ -149,8 +151,10 @@ def _check_end(
             )
         try:
             first, filled = 0, readinto(view)
-        except DecompressionError as exn:  # bytes after the compressed stream, or damage there
+        except DataAfterStreamError as exn:  # the stream itself is whole and checked
             raise TrailingDataError(url, marker, f"after the end-of-archive marker: {exn}") from exn
+        except DecompressionError as exn:  # damage, or a failed check of the whole stream
+            raise ShardError(url, marker, f"after the end-of-archive marker: {exn}") from exn
         if not filled:
             return
 
