@@ -359,6 +359,64 @@ def test_fewer_samples_than_the_manifest_says_is_an_error(tmp_path):
     assert len(list(wdsx.WebDataset(str(path), manifest=False, counts=[10]))) == 10
 
 
+def whole_keys(path) -> list[str]:
+    """Keys of the members Python's tarfile reads whole from a possibly damaged shard."""
+    keys = []
+    with contextlib.suppress(tarfile.ReadError), tarfile.open(path, mode="r|") as stream:
+        for info in stream:
+            stream.extractfile(info).read()  # type: ignore[union-attr]
+            keys.append(info.name.split(".")[0])
+    return keys
+
+
+@pytest.mark.parametrize("counting", ["scan", "multi-rank"])
+def test_continuing_past_a_truncated_shard_keeps_ranks_equal(tmp_path, monkeypatch, counting):
+    """Counting samples before the epoch (``counts="scan"``, or a multi-rank job without a
+    manifest) hands damage to the dataset's handler too, and counts the whole samples before
+    it, which is what the reader then delivers: so the ranks still get equal shares."""
+    shard_keys = []
+    for number in range(4):
+        parts = [tarbytes.member(b"s%d-%03d.txt" % (number, i), b"x" * 100) for i in range(10)]
+        data = archive(parts)
+        path = tmp_path / f"s{number}.tar"
+        path.write_bytes(bytes(data[: 5 * 1024 + 100]) if number == 2 else bytes(data))
+        shard_keys.append(whole_keys(path))
+    readable = sorted(key for keys in shard_keys for key in keys)
+    assert len(readable) == 35  # tarfile reads 5 of the damaged shard's 10
+    urls = str(tmp_path / "s{0..3}.tar")
+    delivered, batches = [], []
+    for rank in (0, 1):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        options = {"counts": "scan"} if counting == "scan" else {}
+        dataset = wdsx.WebDataset(urls, shardshuffle=False, handler=wdsx.warn_and_continue, **options)
+        pipeline = dataset.to_tuple("__key__").batched(4, partial=True)
+        got = list(pipeline)
+        assert len(pipeline) == len(got)
+        batches.append(len(got))
+        delivered += [key for batch in got for key in batch[0]]
+    assert batches[0] == batches[1]
+    # the "pad" remainder may read a sample twice to even the last round; none is lost
+    assert set(delivered) == set(readable) and len(delivered) - len(readable) <= 2
+
+
+def test_a_rank_left_short_by_skipped_damage_says_so(tmp_path, monkeypatch, caplog):
+    """Damage the counts do not know of (here counts given by hand) cuts a rank's share
+    short: the reader warns, naming the shard and how many samples its rank lost."""
+    path = tmp_path / "s0.tar"
+    path.write_bytes(bytes(archive(members(10)))[: 5 * 1024 + 100])
+    (tmp_path / "s1.tar").write_bytes(bytes(archive(members(10))))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    dataset = wdsx.WebDataset(
+        str(tmp_path / "s{0..1}.tar"), shardshuffle=False, counts=[10, 10], handler=wdsx.warn_and_continue
+    )
+    with caplog.at_level(logging.WARNING, logger="wdsx"):
+        assert len(list(dataset)) == 5
+    short = [r.getMessage() for r in caplog.records if "dealt to rank 0" in r.getMessage()]
+    assert len(short) == 1 and str(path) in short[0] and ": 5 of the samples" in short[0]
+
+
 def test_a_dataset_without_samples_is_webdatasets_error(tmp_path):
     empty = tmp_path / "empty.tar"
     empty.write_bytes(bytes(archive([tarbytes.header(b"folder/", 0, b"5"), tarbytes.member(b"noext", b"x")])))

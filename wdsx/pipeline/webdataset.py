@@ -341,8 +341,9 @@ class WebDataset(DataPipeline):
         from wdsx.read.manifest import scan_counts
 
         log.info("counting samples in %d shards by scanning their headers", len(self.urls))
-        rename, select = self._settings.rename_files, self._settings.select_files
-        return [scan_counts(url, self.options, rename, select) for url in self.urls]
+        settings = self._settings
+        rename, select, handler = settings.rename_files, settings.select_files, settings.handler
+        return [scan_counts(url, self.options, rename, select, handler) for url in self.urls]
 
     def prepare(self, topology: distributed.Topology, endless: bool) -> None:
         """Make sure a multi-rank job can give every rank the same number of batches: that

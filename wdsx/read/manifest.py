@@ -24,12 +24,12 @@ import hashlib
 import json
 import posixpath
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from wdsx.core.compression import uncompressed
-from wdsx.core.errors import SourceError
+from wdsx.core.errors import Handler, SourceError
 from wdsx.core.jsontext import parse_json
 from wdsx.read import formats
 from wdsx.read.jsonl import count_lines, decompressed
@@ -276,16 +276,33 @@ def _count(
     rename_files: Callable[[str], str] | None = None,
     select_files: Callable[[str], bool] | None = None,
     available: int | None = None,
+    handler: Handler | None = None,
 ) -> int:
     """Samples in a tar stream, grouped exactly as readers group them; compression is detected.
-    ``available``: the stream's size, when known (a local file)."""
+    ``available``: the stream's size, when known (a local file). An error raises, or goes to
+    ``handler``, and then the count is the samples a reader with that handler delivers: those
+    before the error, the one being grouped included."""
     stream, compressed = uncompressed(read)
     if compressed:
         skip = available = None
-    headers = scan_headers(stream.read, skip, url, available=available)
-    members = ((name, offset, b"") for name, offset, _ in headers)
-    samples = group_members(members, url, Cursor(0, 0), rename_files=rename_files, select_files=select_files)
-    return sum(1 for _ in samples)
+    failure: list[Exception] = []
+
+    def members() -> Iterator[tuple[str, int, bytes]]:
+        try:
+            for name, offset, _ in scan_headers(stream.read, skip, url, available=available):
+                yield name, offset, b""
+        except Exception as exn:
+            if handler is None:
+                raise
+            failure.append(exn)  # the sample being grouped still counts, as readers deliver it
+
+    samples = group_members(
+        members(), url, Cursor(0, 0), rename_files=rename_files, select_files=select_files, handler=handler
+    )
+    count = sum(1 for _ in samples)
+    if failure and handler is not None:
+        handler(failure[0])
+    return count
 
 
 def scan_counts(
@@ -293,6 +310,7 @@ def scan_counts(
     options: SourceOptions | None = None,
     rename_files: Callable[[str], str] | None = None,
     select_files: Callable[[str], bool] | None = None,
+    handler: Handler | None = None,
 ) -> int:
     """The number of samples in the shard at ``url``, reading only its headers where possible.
 
@@ -300,12 +318,23 @@ def scan_counts(
     are streamed. Grouping follows :mod:`wdsx.read.samples` (metadata members skipped, consecutive
     members with one key form a sample), after ``rename_files`` and ``select_files``.
     JSONL shards are counted by their lines, ``.npy`` shards by their header.
+
+    A shard that cannot be read raises, or, with a ``handler`` that does not raise (a
+    dataset's), is reported to it and counted as the whole samples before the damage: the
+    samples a reader with that handler delivers from it.
     """
-    with open_source(url, 0, options) as source:
-        if formats.format_of(url) != "tar":
-            return _count_records(url, source.read)
-        skip = source.skip if source.local_path else None
-        return _count(url, source.read, skip, rename_files, select_files, bytes_left(source, 0))
+    try:
+        with open_source(url, 0, options) as source:
+            if formats.format_of(url) != "tar":
+                return _count_records(url, source.read)
+            skip = source.skip if source.local_path else None
+            available = bytes_left(source, 0)
+            return _count(url, source.read, skip, rename_files, select_files, available, handler)
+    except Exception as exn:  # a shard that cannot be opened is the shard's problem too
+        if handler is None:
+            raise
+        handler(exn)
+        return 0
 
 
 def _count_records(url: str, read: Callable[[int], bytes]) -> int:

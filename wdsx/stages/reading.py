@@ -10,6 +10,7 @@ offset (:mod:`wdsx.read.shard`) instead of re-reading its beginning.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
@@ -32,6 +33,8 @@ from wdsx.stages.base import Count, RedealTarget, Run, Stage, batch_hint, shards
 from wdsx.stages.shardlists import split_by_worker
 from wdsx.state.checkpoint import JsonDict, PipelineState
 from wdsx.state.position import Position, PositionTable
+
+log = logging.getLogger("wdsx")
 
 
 def _deliver(
@@ -58,6 +61,23 @@ def _deliver(
     finally:
         run.rows = None
     return True
+
+
+def _warn_if_short(run: Run, url: str, piece: planning.Piece, count: int | None, cursor: Cursor) -> None:
+    """In a multi-rank job, a piece the handler cut short (damage it skipped) leaves this rank
+    fewer samples than the deal gave every rank: say so, since the ranks may then yield
+    different numbers of batches, and a DDP job waits on the rank that ran out."""
+    expected = piece.stop if piece.stop is not None else count
+    if expected is None or cursor.ordinal >= expected or run.topology.world_size <= 1:
+        return
+    log.warning(
+        "%s: %d of the samples dealt to rank %d were skipped with the damage the handler "
+        "skipped; ranks may now yield different numbers of batches (an endless stream of "
+        "resampled shards with the loader's .with_epoch(n) keeps them equal)",
+        redact_text(url),
+        expected - cursor.ordinal,
+        run.topology.rank,
+    )
 
 
 class ShardStage(Stage):
@@ -296,6 +316,7 @@ class ShardReader(ShardStage):
                 if not (yield from _deliver(samples, run, handler, cursor)):
                     progress.done = True
                     return
+                _warn_if_short(run, url, piece, count, cursor)
                 nothing = nothing and cursor.ordinal <= piece.first
         if nothing and work:
             raise NoSamplesError([urls[order[piece.pos]] for _, piece, _ in work])
