@@ -330,6 +330,23 @@ def test_a_sample_whose_function_raises_gets_no_entry_and_a_warning(tmp_path, ba
         write_field_set(base.urls, str(tmp_path / "strict"), caption_or_fail, strict=True)
 
 
+def test_a_value_that_cannot_be_encoded_costs_only_its_own_sample(tmp_path, base):
+    """An int in a text field is refused by the encoder, for that sample alone: the samples
+    after it in the same base shard keep their entries."""
+
+    def text_or_number(sample):
+        return {"n.txt": 3 if sample["__key__"] == base.keys[1] else "ok"}
+
+    report = write_field_set(base.urls, str(tmp_path / "made"), text_or_number)
+    assert len(report.warnings) == 1 and base.keys[1] in report.warnings[0][1]
+    assert not report.skipped
+    samples = read_all(base, fields=[str(tmp_path / "made")], missing_fields="skip")
+    assert [s["__key__"] for s in samples] == [key for key in base.keys if key != base.keys[1]]
+    assert all(s["n.txt"] == b"ok" for s in samples)
+    with pytest.raises(WriteError, match="n.txt"):
+        write_field_set(base.urls, str(tmp_path / "strict"), text_or_number, strict=True)
+
+
 @pytest.mark.slow  # worker processes
 def test_worker_processes_write_the_same_field_shards(tmp_path, base):
     one = write_field_set(base.urls, str(tmp_path / "one"), caption_or_fail)

@@ -25,6 +25,8 @@ from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
+from wdsx.codecs.encode import encode_sample
+from wdsx.core.errors import EncodingError
 from wdsx.read import formats
 from wdsx.read.fieldsets import FIELD_SET, VERSION, member_names
 from wdsx.read.manifest import Manifest, ShardEntry, manifest_url_for_shard, scan_counts, shard_name
@@ -65,14 +67,14 @@ class FieldMaker:
                     yield {"__key__": sample["__key__"], **fields}
 
     def _fields_of(self, sample: dict[str, Any]) -> dict[str, Any] | None:
-        """The new fields of one base sample, without ``__`` entries."""
+        """The new fields of one base sample, without ``__`` entries, encoded here as the
+        writer would encode them, so that a value that cannot be encoded costs only its own
+        sample's entry."""
         key = sample["__key__"]
         try:
             fields = self.add_fields(sample)
         except Exception as exn:
-            if self.strict:
-                raise
-            warnings.warn(f"sample {key!r}: {type(exn).__name__}: {exn} (it gets no entry)", stacklevel=1)
+            self._refuse(key, exn)
             return None
         if fields is None:
             return None
@@ -80,7 +82,18 @@ class FieldMaker:
             raise TypeError(f"add_fields must return a dict or None, not {type(fields).__name__}")
         if fields.get("__key__", key) != key:
             raise ValueError(f"add_fields gave key {fields['__key__']!r} for base sample {key!r}")
-        return {name: value for name, value in fields.items() if not name.startswith("__")}
+        new = {name: value for name, value in fields.items() if not name.startswith("__")}
+        try:
+            return encode_sample({"__key__": key, **new})
+        except EncodingError as exn:
+            self._refuse(key, exn)
+            return None
+
+    def _refuse(self, key: str, exn: Exception) -> None:
+        """A sample whose fields could not be made: a warning and no entry, or, ``strict``, the error."""
+        if self.strict:
+            raise exn
+        warnings.warn(f"sample {key!r}: {type(exn).__name__}: {exn} (it gets no entry)", stacklevel=1)
 
 
 def base_shards(base: str | Sequence[str], options: SourceOptions | None = None) -> list[dict[str, Any]]:
