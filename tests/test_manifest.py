@@ -33,6 +33,9 @@ from wdsx.read.manifest import (
         ("/abs/imagenet_val.%04d.tar.gz", "/abs/imagenet_val.manifest.json"),
         ("shard-%d.tar", "shard.manifest.json"),
         ("a.b/c_-%03d.tgz", "a.b/c.manifest.json"),
+        ("out/a-%06d-train.tar", "out/a-train.manifest.json"),
+        ("x_%04d_val.jsonl.gz", "x-val.manifest.json"),
+        ("%05d-b.tar", "b.manifest.json"),
     ],
 )
 def test_manifest_url_for_pattern(pattern, expected):
@@ -47,6 +50,8 @@ def test_manifest_url_for_pattern(pattern, expected):
         ("/abs/imagenet_val.0001.tar.gz", "/abs/imagenet_val.manifest.json"),
         ("x/data-7.tgz", "x/data.manifest.json"),
         ("shard-12.tar", "shard.manifest.json"),
+        ("out/a-000003-train.tar", "out/a-train.manifest.json"),
+        ("v2/data.tar", "v2/data.manifest.json"),
     ],
 )
 def test_manifest_url_for_shard(url, expected):
@@ -54,8 +59,29 @@ def test_manifest_url_for_shard(url, expected):
 
 
 def test_pattern_and_shard_names_agree():
-    for pattern in ("out/train-%06d.tar", "s3://b/p/%05d.tar", "d/x_%d.tar.gz"):
+    patterns = ("out/train-%06d.tar", "s3://b/p/%05d.tar", "d/x_%d.tar.gz", "a-%06d-b.tar", "x_%04d_val.tgz")
+    for pattern in patterns:
         assert manifest_url_for_shard(pattern % 12) == manifest_url_for_pattern(pattern)
+
+
+def test_a_manifest_written_for_text_after_the_number_is_found_and_checked(tmp_path):
+    """ShardWriter names the manifest of ``a-%06d-b.tar`` where readers and ``verify`` look
+    for it, so a shard rewritten afterwards (here by hand, with tarfile) fails the check."""
+    import wdsx
+
+    with wdsx.ShardWriter(str(tmp_path / "a-%06d-b.tar"), maxcount=5, verbose=0) as sink:
+        for i in range(10):
+            sink.write({"__key__": f"k{i}", "txt": "x"})
+    assert (tmp_path / "a-b.manifest.json").exists()
+    urls = str(tmp_path / "a-{000000..000001}-b.tar")
+    assert main(["verify", urls, "--no-images"]) == 0
+    with tarfile.open(tmp_path / "a-000001-b.tar", "w") as archive:
+        info = tarfile.TarInfo("z.txt")
+        info.size = 1
+        archive.addfile(info, io.BytesIO(b"y"))
+    assert main(["verify", urls, "--no-images"]) == 1
+    with pytest.raises(ShardError, match="sample count"):
+        list(wdsx.WebDataset(urls, shardshuffle=False))
 
 
 def _manifest() -> Manifest:

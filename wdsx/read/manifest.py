@@ -53,9 +53,16 @@ def _split_dir(url: str) -> tuple[str, str]:
     return url[:cut], url[cut:]
 
 
-def _manifest_name(directory: str, stem: str) -> str:
-    stem = stem.rstrip("-_.")
+def _manifest_name(directory: str, before: str, after: str = "") -> str:
+    """The manifest beside a family of shards whose names are ``before``, a number, ``after``
+    (suffix left off): the two parts joined by one separator, without the ones at the ends."""
+    before, after = before.rstrip("-_."), after.lstrip("-_.")
+    stem = f"{before}-{after}" if before and after else before or after
     return directory + (f"{stem}.manifest.json" if stem else "manifest.json")
+
+
+_DIRECTIVE = re.compile(r"%[-#0 +]*\d*[diu]")
+_LAST_NUMBER = re.compile(r"\d+(?=\D*$)")
 
 
 def _refuse_commands(url: str) -> None:
@@ -73,26 +80,39 @@ def manifest_url_for_pattern(pattern: str) -> str:
 
     Same directory; the basename up to the ``%`` directive with trailing ``-_.`` removed, or
     ``manifest.json`` when nothing is left (``s3://b/p/%05d.tar`` -> ``s3://b/p/manifest.json``).
-    ValueError for a ``pipe:`` pattern.
+    Text after the directive (the shard suffix left off) joins it with a ``-``:
+    ``out/a-%06d-train.tar`` -> ``out/a-train.manifest.json``, which is where readers look
+    for the manifest of ``out/a-000003-train.tar``. ValueError for a ``pipe:`` pattern.
     """
     _refuse_commands(pattern)
     directory, base = _split_dir(pattern)
-    if "%" not in base:
+    directive = _DIRECTIVE.search(base)
+    if directive is None:
         return manifest_url_for_shard(pattern)
-    return _manifest_name(directory, base[: base.index("%")])
+    return _manifest_name(directory, base[: directive.start()], _without_suffix(base[directive.end() :]))
 
 
 def manifest_url_for_shard(url: str) -> str:
     """The manifest URL for one shard: ``out/train-000003.tar`` -> ``out/train.manifest.json``
-    (``https://h/d/train-000003.tar?X-Amz-Signature=...`` -> ``https://h/d/train.manifest.json``).
-    ValueError for a ``pipe:`` URL."""
+    (``https://h/d/train-000003.tar?X-Amz-Signature=...`` -> ``https://h/d/train.manifest.json``):
+    the name without its suffix and its last number, and text after that number joined with a
+    ``-`` (``out/a-000003-train.tar`` -> ``out/a-train.manifest.json``), as
+    :func:`manifest_url_for_pattern` names it. ValueError for a ``pipe:`` URL."""
     _refuse_commands(url)
     directory, base = _split_dir(url)
+    base = _without_suffix(base)
+    number = _LAST_NUMBER.search(base)
+    if number is None:
+        return _manifest_name(directory, base)
+    return _manifest_name(directory, base[: number.start()], base[number.end() :])
+
+
+def _without_suffix(name: str) -> str:
+    """``name`` without its shard suffix (``.tar``, ``.tar.gz``, ``.jsonl``...), if it has one."""
     for suffix in formats.SUFFIXES:
-        if base.endswith(suffix):
-            base = base[: -len(suffix)]
-            break
-    return _manifest_name(directory, base.rstrip("0123456789"))
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
 
 
 def manifest_url_beside(url: str) -> str | None:
