@@ -357,6 +357,27 @@ def test_opener_hook_and_compression_from_the_name(tmp_path):
     assert Manifest.from_json((tmp_path / "p.manifest.json").read_text()).total_samples == 5
 
 
+def test_an_opener_stream_of_a_jsonl_zst_pattern_is_zstd(tmp_path):
+    import zstandard
+
+    from wdsx.write.jsonl import JsonlShardWriter
+
+    with JsonlShardWriter(str(tmp_path / "z-%06d.jsonl.zst"), verbose=0, opener=lambda f: open(f, "wb")) as w:
+        w.write({"i": 0})
+    data = (tmp_path / "z-000000.jsonl.zst").read_bytes()
+    assert zstandard.ZstdDecompressor().decompressobj().decompress(data) == b'{"i":0}\n'
+
+
+def test_a_tar_writer_of_dash_writes_standard_output(tmp_path):
+    """As webdataset's TarWriter (through gopen) does: ``"-"`` is standard output, and no file
+    named ``-`` appears."""
+    code = "import wdsx\nwith wdsx.TarWriter('-') as w:\n    w.write({'__key__': 'a', 'txt': 'x'})\n"
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, check=True)
+    with tarfile.open(fileobj=io.BytesIO(result.stdout)) as archive:
+        assert [(m.name, archive.extractfile(m).read()) for m in archive] == [("a.txt", b"x")]  # type: ignore[union-attr]
+    assert not (tmp_path / "-").exists()
+
+
 def test_shard_writer_exception_keeps_complete_shards_only(tmp_path):
     with pytest.raises(RuntimeError), ShardWriter(str(tmp_path / "s-%d.tar"), maxcount=2) as w:
         for sample in _samples(3):

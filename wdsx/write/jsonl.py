@@ -120,3 +120,7 @@ class JsonlShardWriter(ShardWriter):
     writes the manifest (``out/part.manifest.json``). ``maxsize`` counts line bytes."""
 
     writer_type = JsonlWriter
+
+    @staticmethod
+    def compression_named(name: str) -> str | None:
+        return "zst" if name.endswith(".zst") else compression_for(name, None)

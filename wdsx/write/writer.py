@@ -27,6 +27,7 @@ import logging
 import lzma
 import os
 import posixpath
+import sys
 import tarfile
 import zlib
 from collections.abc import Callable, Iterable, Mapping
@@ -183,6 +184,8 @@ class _FileWriter(_AllOrNothing):
     def _open(self, fileobj: str | BinaryIO, compression: str | None, options: SourceOptions | None) -> None:
         self.url: str | None = None
         self._sink: Sink | None = None
+        if fileobj == "-":  # standard output, as webdataset's writers (through gopen) take it
+            fileobj = sys.stdout.buffer
         if isinstance(fileobj, str):
             self.url = fileobj
             self._sink = open_shard_sink(fileobj, options)
@@ -511,6 +514,12 @@ class ShardWriter(_AllOrNothing):
         self.size += size
         return size
 
+    @staticmethod
+    def compression_named(name: str) -> str | None:
+        """The compression a shard named ``name`` gets when none is asked for (told to the
+        writer of a stream from ``opener``, which has no name)."""
+        return compression_for(name, None)
+
     def next_stream(self) -> None:
         """Complete the current shard and open the next one."""
         self.finish()
@@ -521,7 +530,7 @@ class ShardWriter(_AllOrNothing):
         kw = dict(self.kw)
         if self.opener is not None:
             if kw.get("compress") is None:  # a stream has no name to tell, so ask the pattern's
-                kw["compress"] = compression_for(self.fname, None)
+                kw["compress"] = self.compression_named(self.fname)
             self._stream = self.opener(self.fname)
             self.tarstream = self.writer_type(self._stream, options=self.options, **kw)
         else:
