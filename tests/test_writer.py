@@ -357,6 +357,29 @@ def test_opener_hook_and_compression_from_the_name(tmp_path):
     assert Manifest.from_json((tmp_path / "p.manifest.json").read_text()).total_samples == 5
 
 
+def test_appending_shards_with_start_shard_keeps_one_manifest_of_them_all(tmp_path):
+    """webdataset's way to add shards to a dataset; the manifest then lists every shard in the
+    folder with what hashlib and tarfile say of it, and ``wdsx verify`` passes."""
+    from wdsx.commands.cli import main
+
+    def run(count: int, start: int) -> None:
+        with ShardWriter(str(tmp_path / "p-%06d.tar"), maxcount=5, verbose=0, start_shard=start) as w:
+            for i in range(count):
+                w.write({"__key__": f"k{start}_{i}", "txt": "v"})
+
+    run(15, 0)
+    run(10, 3)
+    manifest = Manifest.from_json((tmp_path / "p.manifest.json").read_text())
+    files = sorted(p.name for p in tmp_path.glob("p-*.tar"))
+    assert [entry.name for entry in manifest.shards] == files == [f"p-{n:06d}.tar" for n in range(5)]
+    for entry in manifest.shards:
+        data = (tmp_path / entry.name).read_bytes()
+        with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+            assert entry.samples == len(archive.getnames())
+        assert (entry.sha256, entry.bytes) == (hashlib.sha256(data).hexdigest(), len(data))
+    assert main(["verify", str(tmp_path), "--no-images"]) == 0
+
+
 def test_an_opener_stream_of_a_jsonl_zst_pattern_is_zstd(tmp_path):
     import zstandard
 

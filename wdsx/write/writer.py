@@ -35,7 +35,7 @@ from typing import Any, BinaryIO, ClassVar, Protocol, TypeVar
 
 from wdsx.codecs.encode import FieldEncoder, make_encoder
 from wdsx.core.errors import EncodingError
-from wdsx.read.manifest import Manifest, ShardEntry, manifest_url_for_pattern
+from wdsx.read.manifest import Manifest, ShardEntry, manifest_url_for_pattern, natural_key
 from wdsx.read.tar import read_exact
 from wdsx.sources import Sink, SourceOptions, local_path
 from wdsx.write.names import NameChecker
@@ -495,6 +495,8 @@ class ShardWriter(_AllOrNothing):
         )
         self._stream: BinaryIO | None = None
         self._aborted = False
+        self._earlier: list[ShardEntry] = []
+        """The entries of the local manifest an earlier run left, read before this run's first shard."""
 
     def write(self, obj: dict[str, Any]) -> int:
         """Write one sample, starting a new shard first if the current one is full."""
@@ -567,9 +569,9 @@ class ShardWriter(_AllOrNothing):
         try:
             self.finish()
             if self.manifest_url is not None and self.shards:
-                self._write_manifest(
-                    Manifest(list(self.shards), dict(self.metadata)).to_json().encode("utf-8")
-                )
+                shards = self._still_listed() + self.shards
+                shards.sort(key=lambda entry: natural_key(entry.name))
+                self._write_manifest(Manifest(shards, dict(self.metadata)).to_json().encode("utf-8"))
         except BaseException:
             self.abort()
             raise
@@ -589,6 +591,7 @@ class ShardWriter(_AllOrNothing):
         except ValueError:  # not a manifest any reader could use either
             earlier = None
         else:
+            self._earlier = earlier.shards if earlier is not None else []
             if earlier is None or shard not in {entry.name for entry in earlier.shards}:
                 return
         try:
@@ -596,6 +599,19 @@ class ShardWriter(_AllOrNothing):
         except FileNotFoundError:
             return
         log.info("removed %s, an earlier run's manifest: this run writes its own when it completes", path)
+
+    def _still_listed(self) -> list[ShardEntry]:
+        """The entries of the earlier run's manifest for shards this run did not write and
+        that are still beside it: appending shards (``start_shard``) keeps the ones before
+        them listed, and shards an earlier, longer run left after this run's last one stay
+        described too, as readers of the folder see them."""
+        written = {entry.name for entry in self.shards}
+        folder = os.path.dirname(local_path(self.manifest_url or "") or "")
+        return [
+            entry
+            for entry in self._earlier
+            if entry.name not in written and os.path.isfile(os.path.join(folder, entry.name))
+        ]
 
     def _write_manifest(self, data: bytes) -> None:
         assert self.manifest_url is not None
