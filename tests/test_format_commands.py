@@ -7,6 +7,7 @@ import json
 import os
 
 import numpy as np
+import pytest
 
 from tests.fixtures.records import make_jsonl_shards, make_npy_shards, read_jsonl
 from wdsx.commands import cli
@@ -64,3 +65,22 @@ def test_verify_finds_a_bad_line_and_a_truncated_npy(tmp_path, capsys):
         stream.truncate(stream.seek(0, os.SEEK_END) - 8)
     assert cli.main(["verify", cut]) == 1
     assert "shorter than its header says" in capsys.readouterr().out
+
+
+def test_index_refuses_a_bad_line_and_a_truncated_npy_and_writes_no_manifest(tmp_path, capsys):
+    """As readers would fail on them, and as ``index`` refuses a truncated tar: the error
+    names the line (json.loads fails on it) and the bytes missing (np.load fails too)."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b'{"a":1}\n{bad\n')
+    with pytest.raises(ValueError):
+        json.loads(b"{bad")
+    assert cli.main(["index", str(bad)]) == 1
+    assert "line 2 is not valid JSON" in capsys.readouterr().err
+    cut = tmp_path / "f-000.npy"
+    np.save(cut, np.zeros((10, 4), np.float32))
+    cut.write_bytes(cut.read_bytes()[:-7])
+    with pytest.raises(ValueError):
+        np.load(cut)
+    assert cli.main(["index", str(cut)]) == 1
+    assert "shorter than its header says: it ends after 153 of the 160" in capsys.readouterr().err
+    assert not list(tmp_path.glob("*.manifest.json"))

@@ -29,11 +29,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from wdsx.core.compression import uncompressed
-from wdsx.core.errors import Handler, SourceError
+from wdsx.core.errors import Handler, ShardError, SourceError
 from wdsx.core.jsontext import parse_json
 from wdsx.read import formats
-from wdsx.read.jsonl import count_lines, decompressed
-from wdsx.read.npy import count_rows
+from wdsx.read.jsonl import count_lines, decompressed, line_sample, lines
+from wdsx.read.npy import count_rows, parse_header
 from wdsx.read.samples import Cursor, group_members
 from wdsx.read.shard import bytes_left
 from wdsx.read.tar import scan_headers
@@ -380,15 +380,40 @@ class _Hashing:
 
 
 def index_shard(url: str, options: SourceOptions | None = None) -> ShardEntry:
-    """Read the shard at ``url`` once: its manifest entry, with sample count, size and SHA-256."""
+    """Read the shard at ``url`` once: its manifest entry, with sample count, size and SHA-256.
+    A shard readers would fail on is refused as they refuse it (a :class:`ShardError` naming
+    the shard and the offset): a tar's structure is parsed, every JSONL line parsed as JSON,
+    and a ``.npy`` file's length checked against its header."""
+    kind = formats.format_of(url)
     with open_source(url, 0, options) as source:
         hashing = _Hashing(source.read)
-        if formats.format_of(url) == "tar":
+        if kind == "tar":
             samples = _count(url, hashing.read, None, available=bytes_left(source, 0))
+        elif kind == "npy":
+            header = parse_header(url, hashing.read)
+            samples = header.rows
         else:
-            samples = _count_records(url, hashing.read)
-        _drain(hashing.read)  # the end-of-archive padding, or the compressed stream's tail
+            samples = _parsed_lines(url, decompressed(url, hashing.read))
+        _drain(hashing.read)  # the end-of-archive padding, the rows, or the compressed stream's tail
+    if kind == "npy" and hashing.size < header.data_offset + header.data_bytes:
+        raise ShardError(
+            url,
+            hashing.size,
+            f"the shard is shorter than its header says: it ends after {hashing.size - header.data_offset} "
+            f"of the {header.data_bytes} data bytes of shape {header.shape}",
+        )
     return ShardEntry(shard_name(url), samples, hashing.size, hashing.digest.hexdigest())
+
+
+def _parsed_lines(url: str, read: Callable[[int], bytes]) -> int:
+    """The lines of a JSONL stream, each parsed as a reader parses it (the first one that is
+    not valid JSON raises, naming its number and offset)."""
+    stem = posixpath.basename(without_query(url))
+    count = 0
+    for offset, line, ended in lines(read, 0, 1 << 20):
+        line_sample(url, stem, offset, count, line, ended)
+        count += 1
+    return count
 
 
 def build_manifest(urls: Sequence[str], options: SourceOptions | None = None) -> Manifest:
