@@ -166,6 +166,52 @@ def test_a_mixture_re_dealt_to_other_workers_reads_every_remaining_sample_once(
     assert Counter(k for b in before + after for k in b) == every_key(three)
 
 
+@pytest.mark.parametrize("workers_before,workers_after", [(1, 2), (1, 3)])
+def test_a_never_ending_mixture_re_dealt_goes_on_in_each_sources_own_epoch(
+    three, workers_before, workers_after
+):
+    """stop="never": by the cut the small source has begun later epochs of its own; after the
+    re-deal it must go on from there, so no sample comes twice in one of its epochs (told by
+    the epoch seed each sample carries), and the outputs already given stay counted. (Old
+    readers whose shares of a source have reached different epochs are refused: StateError.)"""
+
+    def source(shards):
+        dataset = wdsx.WebDataset(shards.urls, shardshuffle=True, manifest=False)
+        return dataset.to_tuple("__url__", "__key__", "__epoch_seed__")
+
+    def loader(workers):
+        mix = wdsx.Mix([source(three[2]), source(three[1])], [1, 1], stop="never", seed=3).batched(4)
+        return wdsx.WebLoader(mix, batch_size=None, num_workers=workers, worker_type="thread").with_epoch(40)
+
+    def epoch_seed(epoch):
+        pipeline = source(three[1])
+        pipeline.set_epoch(epoch)
+        return int(next(iter(pipeline))[2])
+
+    epoch_of = {epoch_seed(epoch): epoch for epoch in range(8)}
+
+    def small(batches):
+        return [
+            (key, epoch_of[int(seed)])
+            for urls, keys, seeds in batches
+            for url, key, seed in zip(urls, keys, seeds)
+            if url.startswith(three[1].directory)
+        ]
+
+    first = loader(workers_before)
+    iterator = iter(first)
+    before = list(itertools.islice(iterator, 15))
+    state = json.loads(json.dumps(first.state_dict()))
+    given = first.contributions()
+    del iterator
+    assert max(epoch for _, epoch in small(before)) >= 1  # the small source is past its first epoch
+    resumed = loader(workers_after)
+    resumed.load_state_dict(state)
+    assert resumed.contributions() == given and sum(given) == 4 * len(before)
+    delivered = small(before + list(resumed))
+    assert max(Counter(delivered).values()) == 1
+
+
 def test_the_loader_reports_each_sources_contributions(three):
     loader = build(three, [3, 1, 2], "all", None, 0, 2, 0)
     batches = iter(loader)

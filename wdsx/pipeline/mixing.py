@@ -384,12 +384,18 @@ class MixSource(Stage):
             mine = [position for position in held if position.url in urls]
             dealt.append(redeal.redeal(source_states, mine, source.pipeline, readers))
         first = states[0]
+        totals = [sum(column) for column in zip(*(mix.delivered for mix in mixes if mix is not None))]
         fresh = []
         for reader in range(readers.readers):
             mix = MixState()
             mix.reset(len(self.sources), first.epoch)
             mix.base = drawn
             mix.sources = [dealt[k][reader].to_json() for k in range(len(self.sources))]
+            # each source goes on in the epoch its rest belongs to (under stop="never" a source
+            # may be epochs ahead of the mixture), and the outputs already given stay counted
+            mix.epochs = [dealt[k][reader].epoch for k in range(len(self.sources))]
+            if reader == 0 and totals:
+                mix.delivered = totals
             table = PositionTable()
             carried = redeal.carried_states(states, stages, table, skip=index)
             fresh.append(
