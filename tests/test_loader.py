@@ -216,6 +216,27 @@ def test_elastic_resume_of_a_run_that_counted_by_scanning(tmp_path, monkeypatch)
     assert Counter(consumed + keys(resumed)) == Counter(data.keys)
 
 
+@pytest.mark.parametrize("before", [1, 2])
+def test_a_drop_remainder_re_dealt_on_one_rank_loses_nothing(tmp_path, before):
+    """remainder="drop" on one rank: the old plan dropped nothing here, so the re-dealt rest,
+    read by 4 workers, holds every sample the uninterrupted run delivers, once."""
+    data = make_shards(str(tmp_path), [13, 7, 20, 1, 9])
+
+    def loader(workers):
+        dataset = wdsx.WebDataset(data.urls, remainder="drop", counts="scan").to_tuple("__key__").batched(3)
+        return wdsx.WebLoader(dataset, batch_size=None, num_workers=workers, worker_type="thread")
+
+    full = keys(loader(before))
+    first = loader(before)
+    iterator = iter(first)
+    cut = [key for (batch,) in itertools.islice(iterator, 8) for key in batch]
+    state = json.loads(json.dumps(first.state_dict()))
+    del iterator
+    resumed = loader(4)
+    resumed.load_state_dict(state)
+    assert Counter(cut + keys(resumed)) == Counter(full) == Counter(data.keys)
+
+
 def test_a_loader_dropped_mid_epoch_lets_its_workers_go_at_once(uneven_shards):
     """Freed by the garbage collector (a loader and its pipeline form reference cycles), the
     workers must still be told the epoch ended: otherwise each takes torch's 5 s status

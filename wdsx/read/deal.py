@@ -446,7 +446,10 @@ class EpochDeal:
         readers: int,
         world_size: int,
     ) -> list[ConsumerPlan]:
-        """The unread rest of ``epoch`` dealt to ``readers`` new readers (see :func:`reshape`)."""
+        """The unread rest of ``epoch`` dealt to ``readers`` new readers (see :func:`reshape`).
+        The old plan's remainder decisions are in the rest already: on one rank it is read
+        exactly once; across ranks the policy evens it out again, since ranks must yield the
+        same number of batches."""
         counts = self._counts_in(self.order(seed, epoch))
-        remainder = self.remainder_for(world_size)
+        remainder = self.remainder_for(world_size) if world_size > 1 else "exact"
         return reshape(unread, leftovers, readers, counts, self.batch, self.partial, remainder)
