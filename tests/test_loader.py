@@ -45,6 +45,28 @@ def test_stateful_dataloader_resumes_exactly(uneven_shards, workers):
     assert before + after == full
 
 
+@pytest.mark.slow  # several loaders with worker processes
+def test_stateful_dataloader_resumes_exactly_after_one_worker_ran_out(tmp_path):
+    """Worker 1's shard is short: from cut 8 on, its share has run out, and torchdata resumes
+    it from the state its dataset had then, which must deliver nothing more this epoch."""
+    data = make_shards(str(tmp_path), [40, 12])
+
+    def loader():
+        return StatefulDataLoader(dataset(data.urls, bufsize=0), batch_size=None, num_workers=2)
+
+    full = [list(b[0]) for b in loader()]
+    assert len(full) == 13
+    for cut in (2, 8, 10, 12):
+        first = loader()
+        iterator = iter(first)
+        before = [list(next(iterator)[0]) for _ in range(cut)]
+        state = first.state_dict()
+        del iterator, first
+        second = loader()
+        second.load_state_dict(state)
+        assert before + [list(b[0]) for b in second] == full, cut
+
+
 @pytest.mark.parametrize(("old", "new"), [(2, 3), (3, 1), (2, 0), (0, 2), (1, 3)])
 @pytest.mark.parametrize("main_shuffle", [False, True])
 def test_changing_the_number_of_workers_reads_the_rest_exactly_once(uneven_shards, old, new, main_shuffle):

@@ -85,6 +85,9 @@ class _Stream:
     def _generate(self) -> Generator[Any, None, None]:
         pipeline = self.pipeline
         restore = self.start
+        if restore is not None and restore.finished:  # a share that had run out (see state())
+            pipeline._next_epoch = self.epoch + 1
+            return
         while self.passes > 0:
             self.started = True
             stages = execution_stages(pipeline.pipeline, pipeline.decode_threads)  # same items, less work
@@ -130,7 +133,17 @@ class _Stream:
         state.nominal, state.passes, state.yielded = self.nominal, self.passes, self.yielded
         state.skip = self.skip_left
         state.urls = list(self.table.urls) if self.started else state.urls
+        if self.started and self.run is None and self.passes <= 0 and _in_plain_loader_worker():
+            # torchdata's StatefulDataLoader keeps the state a worker's dataset had when its
+            # share ran out, and resumes that worker from it while the others finish the epoch:
+            # it must deliver nothing more in this epoch, not start the next one
+            state.epoch, state.finished = self.epoch - 1, True
         return state
+
+
+def _in_plain_loader_worker() -> bool:
+    """In a DataLoader worker that is not a WebLoader's (torch's own, or torchdata's)."""
+    return distributed.in_worker() and not distributed.in_loader_worker()
 
 
 @iterable_dataset

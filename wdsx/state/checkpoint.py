@@ -74,7 +74,9 @@ class PipelineState:
     passes: int = 0
     """Passes of ``repeat(n)`` still to run, the current one included."""
     finished: bool = False
-    """This reader's share of the epoch is exhausted (set by WebLoader workers)."""
+    """This reader's share of the epoch is exhausted: set by WebLoader workers, and by a
+    pipeline in another DataLoader's worker once its iteration ended (a state loaded with it
+    delivers nothing, and the next iteration starts the next epoch)."""
     yielded: int = 0
     """Items the pipeline has yielded in this epoch (what ``len()`` of a resumed one subtracts)."""
     data: JsonDict | None = None
