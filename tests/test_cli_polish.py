@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import tarfile
 import textwrap
 import warnings
 
@@ -306,3 +307,18 @@ def test_counts_and_sizes_below_one_are_usage_errors(arguments, capsys):
 def test_bench_weights_without_a_mixture_are_refused(capsys):
     assert cli.main(["bench", "x.tar", "--weights", "1,2"]) == 1
     assert "name the datasets to mix with --mix-with" in one_line_error(capsys)
+
+
+def test_control_characters_in_names_reach_the_terminal_escaped(tmp_path, capsys):
+    """A member name with a terminal escape (here one that would set the window's title) is
+    listed with the escape written out, never as the raw control character."""
+    name = "x\x1b]0;owned\x07.txt"
+    path = tmp_path / "names.tar"
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as archive:
+        info = tarfile.TarInfo(name)
+        info.size = 2
+        archive.addfile(info, io.BytesIO(b"hi"))
+    assert cli.main(["ls", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "x\\x1b]0;owned\\x07" in out

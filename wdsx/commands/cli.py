@@ -77,14 +77,22 @@ def _run(args: argparse.Namespace) -> int:
         return 1
 
 
+_CONTROL = {
+    code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if chr(code) not in "\t\n\r"
+}
+"""Control characters but tab and line ends, written as escapes: a name in a shard must not
+drive the terminal that shows it."""
+
+
 class _Redacting:
-    """A text stream that writes what it is given with the URLs in it redacted."""
+    """A text stream that writes what it is given with the URLs in it redacted and control
+    characters escaped (bytes written to its ``buffer`` go out as they are)."""
 
     def __init__(self, stream: TextIO):
         self._stream = stream
 
     def write(self, text: str) -> int:
-        self._stream.write(redact_text(text))
+        self._stream.write(redact_text(text).translate(_CONTROL))
         return len(text)
 
     def __getattr__(self, name: str) -> Any:  # flush, buffer, fileno, isatty...
