@@ -50,18 +50,37 @@ def test_manifest_url_for_pattern(pattern, expected):
         ("/abs/imagenet_val.0001.tar.gz", "/abs/imagenet_val.manifest.json"),
         ("x/data-7.tgz", "x/data.manifest.json"),
         ("shard-12.tar", "shard.manifest.json"),
-        ("out/a-000003-train.tar", "out/a-train.manifest.json"),
         ("v2/data.tar", "v2/data.manifest.json"),
+        ("imagenet1k-train.tar", "imagenet1k-train.manifest.json"),  # alone: its trailing digits
+        ("a-000003-train.tar", "a-000003-train.manifest.json"),
     ],
 )
 def test_manifest_url_for_shard(url, expected):
     assert manifest_url_for_shard(url) == expected
 
 
-def test_pattern_and_shard_names_agree():
-    patterns = ("out/train-%06d.tar", "s3://b/p/%05d.tar", "d/x_%d.tar.gz", "a-%06d-b.tar", "x_%04d_val.tgz")
-    for pattern in patterns:
-        assert manifest_url_for_shard(pattern % 12) == manifest_url_for_pattern(pattern)
+@pytest.mark.parametrize(
+    ("pattern", "number_ends_name"),
+    [
+        ("out/train-%06d.tar", True),
+        ("s3://b/p/%05d.tar", True),
+        ("d/x_%d.tar.gz", True),
+        ("laion-2024-%06d.tar", True),
+        ("x-%04x.tar", True),  # while the shards' numbers are written in decimal digits
+        ("a-%06d-b.tar", False),
+        ("x_%04d_val.tgz", False),
+        ("shard-%06d-of-000100.tar", False),
+        ("shard-%05d.v2.tar", False),
+        ("data-%06d-2024.tar", False),
+    ],
+)
+def test_pattern_and_shard_names_agree(pattern, number_ends_name):
+    """What a writer names the manifest of a pattern, a reader finds from the shards' names:
+    from one shard where the number ends the name, else from the dataset's shards together."""
+    shards = [pattern % number for number in range(4)]
+    expected = manifest_url_for_pattern(pattern)
+    assert all(manifest_url_for_shard(shard, shards) == expected for shard in shards)
+    assert (manifest_url_for_shard(shards[0]) == expected) == number_ends_name
 
 
 def test_a_manifest_written_for_text_after_the_number_is_found_and_checked(tmp_path):

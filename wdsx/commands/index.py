@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     for group in groups.values():
         _named_once(group)
     for folder_urls in groups.values():
-        output = args.output or manifest_url_beside(folder_urls[0])
+        output = args.output or manifest_url_beside(folder_urls[0], folder_urls)
         if output is None:
             raise ValueError("a manifest for pipe: shards needs an explicit place: pass --output")
         manifest = build_manifest(folder_urls)

@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 from collections import Counter
+from collections.abc import Sequence
 
 from wdsx.commands.common import human, payload_bytes, raw_samples, shard_urls
 from wdsx.core.errors import ShardError
@@ -23,7 +24,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     urls = shard_urls(args.shards)
-    names = _class_names(urls[0])
+    names = _class_names(urls[0], urls)
     fields: Counter = Counter()
     classes: Counter = Counter()
     samples = total = 0
@@ -57,10 +58,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _class_names(url: str) -> list[str]:
+def _class_names(url: str, urls: Sequence[str]) -> list[str]:
     """The class names of the manifest beside ``url``, if it lists them; a manifest that
     cannot be read only costs the names (a note on stderr)."""
-    beside = manifest_url_beside(url)
+    beside = manifest_url_beside(url, urls)
     try:
         manifest = Manifest.load(beside) if beside else None
     except ValueError as exn:

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     samples = list(itertools.islice((s for url in urls for s in raw_samples(url)), args.count))
     if not samples:
         raise ValueError("no samples in " + " ".join(args.shards))
-    beside = manifest_url_beside(urls[0])
+    beside = manifest_url_beside(urls[0], urls)
     manifest = Manifest.load(beside) if beside else None
     names = list(manifest.extra.get("classes", [])) if manifest else []
     columns = args.columns or math.ceil(math.sqrt(len(samples)))

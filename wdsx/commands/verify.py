@@ -185,7 +185,7 @@ def _checked(manifest_url: str | None, found: bool, images: bool, reports: list[
 def run(args: argparse.Namespace) -> int:
     urls = shard_urls(args.shards)
     # each shard's manifest: the one given, else the one beside it (in its own folder)
-    places = [args.manifest or manifest_url_beside(url) for url in urls]
+    places = [args.manifest or manifest_url_beside(url, urls) for url in urls]
     manifests = {place: Manifest.load(place) for place in set(places) if place is not None}
     if args.manifest and manifests[args.manifest] is None:
         raise ValueError(f"manifest {args.manifest} not found")

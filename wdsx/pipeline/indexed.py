@@ -51,7 +51,7 @@ def _manifest_counts(urls: Sequence[str], manifest: Any, options: SourceOptions)
     if manifest is False:
         return None
     if not isinstance(manifest, Manifest):
-        url = manifest if isinstance(manifest, str) else manifest_url_for_shard(urls[0])
+        url = manifest if isinstance(manifest, str) else manifest_url_for_shard(urls[0], urls)
         found = Manifest.load(url, options)
         if found is None:
             if isinstance(manifest, str):

@@ -317,7 +317,7 @@ class WebDataset(DataPipeline):
             return found, manifest
         if any(url.startswith("pipe:") for url in self.urls):  # never derive a command to run
             return None, None
-        url = manifest_url_for_shard(self.urls[0])
+        url = manifest_url_for_shard(self.urls[0], self.urls)
         try:
             return Manifest.load(url, self.options), url
         except Exception as exn:  # a missing or unreadable manifest only means "no counts"

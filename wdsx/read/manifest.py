@@ -61,8 +61,10 @@ def _manifest_name(directory: str, before: str, after: str = "") -> str:
     return directory + (f"{stem}.manifest.json" if stem else "manifest.json")
 
 
-_DIRECTIVE = re.compile(r"%[-#0 +]*\d*[diu]")
-_LAST_NUMBER = re.compile(r"\d+(?=\D*$)")
+_DIRECTIVE = re.compile(r"%[-#0 +]*\d*[diouxX]")
+_NUMBER = re.compile(r"\d+")
+_SIBLINGS_COMPARED = 64
+"""How many other shards of a dataset are enough to tell which number in its names counts them."""
 
 
 def _refuse_commands(url: str) -> None:
@@ -92,19 +94,35 @@ def manifest_url_for_pattern(pattern: str) -> str:
     return _manifest_name(directory, base[: directive.start()], _without_suffix(base[directive.end() :]))
 
 
-def manifest_url_for_shard(url: str) -> str:
+def manifest_url_for_shard(url: str, siblings: Sequence[str] = ()) -> str:
     """The manifest URL for one shard: ``out/train-000003.tar`` -> ``out/train.manifest.json``
     (``https://h/d/train-000003.tar?X-Amz-Signature=...`` -> ``https://h/d/train.manifest.json``):
-    the name without its suffix and its last number, and text after that number joined with a
-    ``-`` (``out/a-000003-train.tar`` -> ``out/a-train.manifest.json``), as
-    :func:`manifest_url_for_pattern` names it. ValueError for a ``pipe:`` URL."""
+    the name without its suffix and its trailing digits. Where the other shards of the dataset
+    (``siblings``) show that the number counting the shards has text after it (their names
+    differ in that one run of digits), that number goes instead, and the text after it joins
+    with a ``-``: ``out/a-000003-val.tar`` beside ``out/a-000004-val.tar`` ->
+    ``out/a-val.manifest.json``, as :func:`manifest_url_for_pattern` names it. ValueError for
+    a ``pipe:`` URL."""
     _refuse_commands(url)
     directory, base = _split_dir(url)
     base = _without_suffix(base)
-    number = _LAST_NUMBER.search(base)
+    others = [_without_suffix(_split_dir(other)[1]) for other in siblings[:_SIBLINGS_COMPARED]]
+    number = _shard_number(base, others)
     if number is None:
-        return _manifest_name(directory, base)
+        return _manifest_name(directory, base.rstrip("0123456789"))
     return _manifest_name(directory, base[: number.start()], base[number.end() :])
+
+
+def _shard_number(name: str, others: Sequence[str]) -> re.Match[str] | None:
+    """The run of digits in ``name`` that counts the shards: the one run whose digits differ
+    in the names of ``others`` written around their digits alike; None where no single run does."""
+    parts, runs = _NUMBER.split(name), list(_NUMBER.finditer(name))
+    varying: set[int] = set()
+    for other in others:
+        if _NUMBER.split(other) == parts:
+            pairs = enumerate(zip(runs, _NUMBER.findall(other)))
+            varying.update(index for index, (run, theirs) in pairs if run[0] != theirs)
+    return runs[varying.pop()] if len(varying) == 1 else None
 
 
 def _without_suffix(name: str) -> str:
@@ -115,10 +133,11 @@ def _without_suffix(name: str) -> str:
     return name
 
 
-def manifest_url_beside(url: str) -> str | None:
-    """Where the manifest of the shard at ``url`` would be, or None for a ``pipe:`` shard (whose
-    manifest cannot be looked up without running a command nobody wrote)."""
-    return None if url.startswith("pipe:") else manifest_url_for_shard(url)
+def manifest_url_beside(url: str, siblings: Sequence[str] = ()) -> str | None:
+    """Where the manifest of the shard at ``url`` (one of ``siblings``, see
+    :func:`manifest_url_for_shard`) would be, or None for a ``pipe:`` shard (whose manifest
+    cannot be looked up without running a command nobody wrote)."""
+    return None if url.startswith("pipe:") else manifest_url_for_shard(url, siblings)
 
 
 def shard_name(url: str) -> str:

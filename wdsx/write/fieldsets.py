@@ -112,7 +112,7 @@ def base_shards(base: str | Sequence[str], options: SourceOptions | None = None)
         if not urls:
             raise ValueError(f"no base shards in {base!r}")
         try:
-            manifest = Manifest.load(manifest_url_for_shard(urls[0]), options)
+            manifest = Manifest.load(manifest_url_for_shard(urls[0], urls), options)
         except ValueError:
             manifest = None
     entries = [manifest.entry_for(url) if manifest is not None else None for url in urls]
@@ -140,7 +140,7 @@ def plan_field_set(
     plan_id = plan_fingerprint([identity, made_for], inputs)
     jobs = [ShardJob(number, directory + name, inputs[number], plan_id) for number, name in enumerate(names)]
     record = {"version": VERSION, "base": made_for, "fields": [], "missing": {}}
-    manifest_url = manifest_url_for_shard(jobs[0].url)
+    manifest_url = manifest_url_for_shard(jobs[0].url, [job.url for job in jobs])
     return WritePlan(jobs, manifest_url, plan_id, {FIELD_SET: record}, CompleteRecord(directory, options))
 
 
