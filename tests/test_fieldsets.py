@@ -7,6 +7,7 @@ Oracles: field shards and their manifest built by hand here with Python's tarfil
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -335,7 +336,7 @@ def test_a_value_that_cannot_be_encoded_costs_only_its_own_sample(tmp_path, base
     after it in the same base shard keep their entries."""
 
     def text_or_number(sample):
-        return {"n.txt": 3 if sample["__key__"] == base.keys[1] else "ok"}
+        return {"n.txt": 3 if sample["__key__"] == base.keys[1] else "ok", "z.txt.gz": "zipped"}
 
     report = write_field_set(base.urls, str(tmp_path / "made"), text_or_number)
     assert len(report.warnings) == 1 and base.keys[1] in report.warnings[0][1]
@@ -343,6 +344,7 @@ def test_a_value_that_cannot_be_encoded_costs_only_its_own_sample(tmp_path, base
     samples = read_all(base, fields=[str(tmp_path / "made")], missing_fields="skip")
     assert [s["__key__"] for s in samples] == [key for key in base.keys if key != base.keys[1]]
     assert all(s["n.txt"] == b"ok" for s in samples)
+    assert all(gzip.decompress(s["z.txt.gz"]) == b"zipped" for s in samples)  # compressed once
     with pytest.raises(WriteError, match="n.txt"):
         write_field_set(base.urls, str(tmp_path / "strict"), text_or_number, strict=True)
 
