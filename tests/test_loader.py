@@ -65,6 +65,21 @@ def test_stateful_dataloader_resumes_exactly_after_one_worker_ran_out(tmp_path):
         second = loader()
         second.load_state_dict(state)
         assert before + [list(b[0]) for b in second] == full, cut
+    # a checkpoint taken again after resuming from one where worker 1 had run out
+    first = loader()
+    iterator = iter(first)
+    seen = [list(next(iterator)[0]) for _ in range(8)]
+    state = json.loads(json.dumps(first.state_dict()))
+    del iterator, first
+    second = loader()
+    second.load_state_dict(state)
+    iterator = iter(second)
+    seen.append(list(next(iterator)[0]))
+    state = json.loads(json.dumps(second.state_dict()))
+    del iterator, second
+    third = loader()
+    third.load_state_dict(state)
+    assert seen + [list(b[0]) for b in third] == full
 
 
 @pytest.mark.parametrize(("old", "new"), [(2, 3), (3, 1), (2, 0), (0, 2), (1, 3)])
