@@ -165,6 +165,20 @@ def test_verify_shows_progress_on_stderr_when_asked(tmp_path, capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_the_progress_line_without_tqdm_keeps_its_own_control_sequences(tmp_path, capsys, monkeypatch):
+    """Without tqdm the line is erased and rewritten with ESC [K, which reaches the terminal as
+    it is, while the control characters of the text written (a shard's name) are escaped."""
+    from wdsx.commands import common
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    monkeypatch.setattr(common.Progress, "INTERVAL", 0)
+    path = str(tmp_path / "sh\x1bard.tar")
+    png_shard(path, 3, 8)
+    assert cli.main(["verify", "--progress", path]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\r\x1b[K") >= 3 and "sh\\x1bard.tar" in err and "sh\x1bard" not in err
+
+
 @pytest.mark.slow
 def test_output_into_a_pipe_closed_early_ends_quietly(tmp_path):
     path = str(tmp_path / "long.tar")

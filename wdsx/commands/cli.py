@@ -95,6 +95,11 @@ class _Redacting:
         self._stream.write(redact_text(text).translate(_CONTROL))
         return len(text)
 
+    def write_control(self, sequence: str) -> None:
+        """Write the command's own terminal control ``sequence`` as it is (a progress line
+        erased, say)."""
+        self._stream.write(sequence)
+
     def __getattr__(self, name: str) -> Any:  # flush, buffer, fileno, isatty...
         return getattr(self._stream, name)
 

@@ -71,6 +71,12 @@ def human(size: float) -> str:
     return f"{size:.1f} TB"
 
 
+def _erase_line() -> None:
+    """Erase the progress line on stderr: a control sequence of the command's own, written
+    as it is where the command escapes the control characters of the text it writes."""
+    getattr(sys.stderr, "write_control", sys.stderr.write)("\r\x1b[K")
+
+
 class Progress:
     """Progress of a long command on stderr, while its results go to stdout: a tqdm bar when
     tqdm is installed, else one line rewritten in place at most every :attr:`INTERVAL`
@@ -115,7 +121,7 @@ class Progress:
             self.bar.write(line, file=sys.stdout)
             return
         if self.enabled and self.shown_at:
-            sys.stderr.write("\r\x1b[K")
+            _erase_line()
             self.shown_at = 0.0
         print(line)
 
@@ -123,11 +129,12 @@ class Progress:
         if self.bar is not None:
             self.bar.close()
         elif self.enabled and self.shown_at:
-            sys.stderr.write("\r\x1b[K")
+            _erase_line()
             sys.stderr.flush()
 
     def _show(self) -> None:
         of = f" of {self.total:,}" if self.total is not None else ""
-        sys.stderr.write(f"\r\x1b[K{self.label}: {self.done:,}{of} {self.unit}s")
+        _erase_line()
+        sys.stderr.write(f"{self.label}: {self.done:,}{of} {self.unit}s")
         sys.stderr.flush()
         self.shown_at = time.monotonic()
