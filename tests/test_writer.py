@@ -380,6 +380,20 @@ def test_appending_shards_with_start_shard_keeps_one_manifest_of_them_all(tmp_pa
     assert main(["verify", str(tmp_path), "--no-images"]) == 0
 
 
+def test_a_shorter_re_run_does_not_list_the_shards_a_longer_one_left(tmp_path, capsys):
+    from wdsx.commands.cli import main
+
+    for tag, count in (("v1", 10), ("v2", 4)):
+        with ShardWriter(str(tmp_path / "t-%06d.tar"), maxcount=2, verbose=0) as w:
+            for i in range(count):
+                w.write({"__key__": f"{tag}_{i}", "txt": tag})
+    manifest = Manifest.from_json((tmp_path / "t.manifest.json").read_text())
+    assert [entry.name for entry in manifest.shards] == ["t-000000.tar", "t-000001.tar"]
+    assert manifest.total_samples == 4
+    assert main(["verify", str(tmp_path), "--no-images"]) == 1
+    assert "t-000002.tar" in capsys.readouterr().out
+
+
 def test_an_opener_stream_of_a_jsonl_zst_pattern_is_zstd(tmp_path):
     import zstandard
 

@@ -601,16 +601,16 @@ class ShardWriter(_AllOrNothing):
         log.info("removed %s, an earlier run's manifest: this run writes its own when it completes", path)
 
     def _still_listed(self) -> list[ShardEntry]:
-        """The entries of the earlier run's manifest for shards this run did not write and
-        that are still beside it: appending shards (``start_shard``) keeps the ones before
-        them listed, and shards an earlier, longer run left after this run's last one stay
-        described too, as readers of the folder see them."""
-        written = {entry.name for entry in self.shards}
+        """The entries of the earlier run's manifest for the shards before this run's first
+        one that are still beside it: appending shards (``start_shard``) keeps them listed.
+        Shards an earlier, longer run left after this run's are not listed: ``wdsx verify``
+        then names them, for they are no part of what this run wrote."""
+        first = natural_key(self.shards[0].name)
         folder = os.path.dirname(local_path(self.manifest_url or "") or "")
         return [
             entry
             for entry in self._earlier
-            if entry.name not in written and os.path.isfile(os.path.join(folder, entry.name))
+            if natural_key(entry.name) < first and os.path.isfile(os.path.join(folder, entry.name))
         ]
 
     def _write_manifest(self, data: bytes) -> None:
