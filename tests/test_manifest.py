@@ -103,6 +103,50 @@ def test_a_manifest_written_for_text_after_the_number_is_found_and_checked(tmp_p
         list(wdsx.WebDataset(urls, shardshuffle=False))
 
 
+def _write(pattern: str, shards: int, start: int = 0) -> None:
+    import wdsx
+
+    with wdsx.ShardWriter(pattern, maxcount=1, verbose=0, start_shard=start) as sink:
+        for i in range(shards):
+            sink.write({"__key__": f"k{start + i}", "txt": "x"})
+
+
+def test_a_dataset_of_one_shard_with_text_after_its_number_finds_its_manifest(tmp_path):
+    import wdsx
+
+    _write(str(tmp_path / "imagenet-%06d-val.tar"), 1)
+    shard = str(tmp_path / "imagenet-000000-val.tar")
+    assert wdsx.WebDataset(shard).manifest is not None
+    assert main(["verify", shard, "--no-images"]) == 0
+    with tarfile.open(shard, "w") as archive:  # rewritten: the manifest must catch it
+        archive.addfile(tarfile.TarInfo("other.txt"), io.BytesIO(b""))
+    assert main(["verify", shard, "--no-images"]) == 1
+
+
+def test_families_of_one_shard_each_and_a_large_family_beside_a_small_one_are_each_checked(tmp_path, capsys):
+    """Readers find each family's manifest: one shard per rank (``val_{rank}_%06d``), and a
+    family of 70 shards listed before one of 2 (the small one is not judged by the large)."""
+    for rank in range(3):
+        _write(str(tmp_path / "ranks" / f"val_{rank}_%06d.tar"), 1)
+    _write(str(tmp_path / "two" / "train-%05d-of-00070.tar"), 70)
+    _write(str(tmp_path / "two" / "val-%05d-of-00002.tar"), 2)
+    for folder in ("ranks", "two"):
+        assert main(["verify", str(tmp_path / folder), "--no-images"]) == 0
+        out = capsys.readouterr().out
+        assert "no manifest" not in out and "not listed" not in out
+    with tarfile.open(tmp_path / "two" / "val-00001-of-00002.tar", "w") as archive:
+        archive.addfile(tarfile.TarInfo("other.txt"), io.BytesIO(b""))
+    assert main(["verify", str(tmp_path / "two"), "--no-images"]) == 1
+    assert "val-00001-of-00002.tar" in capsys.readouterr().out
+
+
+def test_appending_to_a_hex_pattern_keeps_every_earlier_shard_listed(tmp_path):
+    _write(str(tmp_path / "x-%04x.tar"), 10)
+    _write(str(tmp_path / "x-%04x.tar"), 2, start=10)
+    listed = [entry.name for entry in Manifest.load(str(tmp_path / "x.manifest.json")).shards]
+    assert listed == [f"x-{n:04x}.tar" for n in range(12)]
+
+
 def _manifest() -> Manifest:
     shards = [ShardEntry("s-10.tar", 3, 100, "aa"), ShardEntry("s-2.tar", 5, 200, None)]
     return Manifest(shards, {"classes": ["cat", "dog"]})

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from wdsx.commands.common import human, payload_bytes, raw_samples, shard_urls
 from wdsx.core.errors import ShardError
 from wdsx.read.formats import format_of
-from wdsx.read.manifest import Manifest, manifest_url_beside
+from wdsx.read.manifest import find_manifest
 from wdsx.read.npy import read_header
 from wdsx.sources import local_path
 
@@ -61,9 +61,8 @@ def run(args: argparse.Namespace) -> int:
 def _class_names(url: str, urls: Sequence[str]) -> list[str]:
     """The class names of the manifest beside ``url``, if it lists them; a manifest that
     cannot be read only costs the names (a note on stderr)."""
-    beside = manifest_url_beside(url, urls)
     try:
-        manifest = Manifest.load(beside) if beside else None
+        manifest = find_manifest(url, urls)[0]
     except ValueError as exn:
         print(f"wdsx info: note: no class names: {exn}", file=sys.stderr)
         return []

@@ -31,7 +31,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from wdsx.commands.common import positive_int, raw_samples, shard_urls
 from wdsx.core.limits import check_image_pixels, max_image_pixels
-from wdsx.read.manifest import Manifest, manifest_url_beside
+from wdsx.read.manifest import find_manifest
 
 IMAGE_FIELDS = frozenset("jpg jpeg png ppm pgm pbm pnm bmp webp tif tiff gif".split())
 """Field extensions (their last part: ``seg.png`` counts) decoded as images."""
@@ -67,8 +67,7 @@ def run(args: argparse.Namespace) -> int:
     samples = list(itertools.islice((s for url in urls for s in raw_samples(url)), args.count))
     if not samples:
         raise ValueError("no samples in " + " ".join(args.shards))
-    beside = manifest_url_beside(urls[0], urls)
-    manifest = Manifest.load(beside) if beside else None
+    manifest = find_manifest(urls[0], urls)[0]
     names = list(manifest.extra.get("classes", [])) if manifest else []
     columns = args.columns or math.ceil(math.sqrt(len(samples)))
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)

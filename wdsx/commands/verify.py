@@ -27,7 +27,7 @@ from wdsx.core.errors import WdsxError
 from wdsx.core.limits import check_image_pixels, max_image_pixels
 from wdsx.read import formats
 from wdsx.read.index import index_url, load_index, scan_index
-from wdsx.read.manifest import Manifest, ShardEntry, index_shard, manifest_url_beside, shard_name
+from wdsx.read.manifest import Manifest, ShardEntry, index_shard, manifest_places, shard_name
 from wdsx.sources import scheme_of
 
 _IMAGES = frozenset(IMAGE_EXTENSIONS)
@@ -185,7 +185,7 @@ def _checked(manifest_url: str | None, found: bool, images: bool, reports: list[
 def run(args: argparse.Namespace) -> int:
     urls = shard_urls(args.shards)
     # each shard's manifest: the one given, else the one beside it (in its own folder)
-    places = [args.manifest or manifest_url_beside(url, urls) for url in urls]
+    places = [args.manifest] * len(urls) if args.manifest else manifest_places(urls)
     manifests = {place: Manifest.load(place) for place in set(places) if place is not None}
     if args.manifest and manifests[args.manifest] is None:
         raise ValueError(f"manifest {args.manifest} not found")

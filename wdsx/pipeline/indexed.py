@@ -34,7 +34,7 @@ from wdsx.read import formats
 from wdsx.read.deal import epoch_order
 from wdsx.read.index import ShardIndex, check_indexable, shard_index
 from wdsx.read.jsonl import Overlong, line_sample
-from wdsx.read.manifest import Manifest, manifest_url_for_shard
+from wdsx.read.manifest import Manifest, find_manifest
 from wdsx.read.npy import NpyHeader, Rows, epoch_row_seed, read_header, read_row, row_order, row_sample
 from wdsx.read.samples import Cursor, group_members
 from wdsx.read.tar import BLOCK, iter_members, read_exact
@@ -51,8 +51,10 @@ def _manifest_counts(urls: Sequence[str], manifest: Any, options: SourceOptions)
     if manifest is False:
         return None
     if not isinstance(manifest, Manifest):
-        url = manifest if isinstance(manifest, str) else manifest_url_for_shard(urls[0], urls)
-        found = Manifest.load(url, options)
+        if isinstance(manifest, str):
+            found = Manifest.load(manifest, options)
+        else:
+            found = find_manifest(urls[0], urls, options)[0]
         if found is None:
             if isinstance(manifest, str):
                 raise ValueError(f"manifest {manifest} not found")

@@ -306,7 +306,7 @@ class WebDataset(DataPipeline):
         every shard)."""
         if manifest is False:
             return None, None
-        from wdsx.read.manifest import Manifest, manifest_url_for_shard
+        from wdsx.read.manifest import Manifest, find_manifest
 
         if isinstance(manifest, Manifest):
             return manifest, None
@@ -317,9 +317,8 @@ class WebDataset(DataPipeline):
             return found, manifest
         if any(url.startswith("pipe:") for url in self.urls):  # never derive a command to run
             return None, None
-        url = manifest_url_for_shard(self.urls[0], self.urls)
         try:
-            return Manifest.load(url, self.options), url
+            return find_manifest(self.urls[0], self.urls, self.options)
         except Exception as exn:  # a missing or unreadable manifest only means "no counts"
             log.debug("no manifest for %s: %s", self.urls[0], exn)
             return None, None

@@ -95,34 +95,81 @@ def manifest_url_for_pattern(pattern: str) -> str:
 
 
 def manifest_url_for_shard(url: str, siblings: Sequence[str] = ()) -> str:
-    """The manifest URL for one shard: ``out/train-000003.tar`` -> ``out/train.manifest.json``
-    (``https://h/d/train-000003.tar?X-Amz-Signature=...`` -> ``https://h/d/train.manifest.json``):
-    the name without its suffix and its trailing digits. Where the other shards of the dataset
-    (``siblings``) show that the number counting the shards has text after it (their names
-    differ in that one run of digits), that number goes instead, and the text after it joins
-    with a ``-``: ``out/a-000003-val.tar`` beside ``out/a-000004-val.tar`` ->
-    ``out/a-val.manifest.json``, as :func:`manifest_url_for_pattern` names it. ValueError for
-    a ``pipe:`` URL."""
+    """The manifest URL a shard's dataset gets when one is made for it (``wdsx index``): the
+    first of :func:`manifest_urls_for_shard`. ValueError for a ``pipe:`` URL."""
+    return manifest_urls_for_shard(url, siblings)[0]
+
+
+def manifest_urls_for_shard(url: str, siblings: Sequence[str] = ()) -> list[str]:
+    """Where the manifest of the shard at ``url`` may be, in the order readers look, each name
+    the one a writer's pattern gives (:func:`manifest_url_for_pattern`) for some shape of name;
+    the names alone cannot always tell which shape:
+
+    - where the dataset's other shards (``siblings``) differ from it in one run of digits with
+      text after it, that number counts the shards: it goes, and the text joins with a ``-``
+      (``out/a-000003-val.tar`` beside ``out/a-000004-val.tar`` -> ``out/a-val.manifest.json``,
+      ``train-00000-of-00010.tar`` beside ``train-00001-of-00010.tar`` ->
+      ``train-of-00010.manifest.json``);
+    - the name without its suffix and its trailing digits (``out/train-000003.tar`` ->
+      ``out/train.manifest.json``; ``https://h/d/train-000003.tar?X-Amz-Signature=...`` ->
+      ``https://h/d/train.manifest.json``);
+    - the name without its last number, the text after it joined with a ``-`` (a dataset of
+      one shard, ``out/a-000000-val.tar`` -> ``out/a-val.manifest.json``).
+
+    ValueError for a ``pipe:`` URL."""
     _refuse_commands(url)
     directory, base = _split_dir(url)
     base = _without_suffix(base)
-    others = [_without_suffix(_split_dir(other)[1]) for other in siblings[:_SIBLINGS_COMPARED]]
-    number = _shard_number(base, others)
-    if number is None:
-        return _manifest_name(directory, base.rstrip("0123456789"))
-    return _manifest_name(directory, base[: number.start()], base[number.end() :])
+    return _places(directory, base, _counting_run(base, [_name_of(other) for other in siblings]))
 
 
-def _shard_number(name: str, others: Sequence[str]) -> re.Match[str] | None:
-    """The run of digits in ``name`` that counts the shards: the one run whose digits differ
-    in the names of ``others`` written around their digits alike; None where no single run does."""
-    parts, runs = _NUMBER.split(name), list(_NUMBER.finditer(name))
+def _name_of(url: str) -> str:
+    return _without_suffix(_split_dir(url)[1])
+
+
+def _places(directory: str, base: str, counting: int | None) -> list[str]:
+    """:func:`manifest_urls_for_shard` for the name ``base`` (suffix left off) whose run of
+    digits number ``counting`` counts the shards, where its siblings tell."""
+    runs = list(_NUMBER.finditer(base))
+    places = []
+    for run in ([runs[counting]] if counting is not None else []) + [None] + runs[-1:]:
+        if run is None:
+            places.append(_manifest_name(directory, base.rstrip("0123456789")))
+        else:
+            places.append(_manifest_name(directory, base[: run.start()], base[run.end() :]))
+    return list(dict.fromkeys(places))
+
+
+def _counting_run(name: str, others: Sequence[str]) -> int | None:
+    """Which run of digits in ``name`` counts the shards: the one run whose digits differ in
+    the names of ``others`` written around their digits alike (up to
+    :data:`_SIBLINGS_COMPARED` of them); None where no single run does."""
+    parts, runs = _NUMBER.split(name), _NUMBER.findall(name)
     varying: set[int] = set()
+    compared = 0
     for other in others:
+        if compared == _SIBLINGS_COMPARED:
+            break
         if _NUMBER.split(other) == parts:
+            compared += 1
             pairs = enumerate(zip(runs, _NUMBER.findall(other)))
-            varying.update(index for index, (run, theirs) in pairs if run[0] != theirs)
-    return runs[varying.pop()] if len(varying) == 1 else None
+            varying.update(index for index, (mine, theirs) in pairs if mine != theirs)
+    return varying.pop() if len(varying) == 1 else None
+
+
+def find_manifest(
+    url: str, siblings: Sequence[str] = (), options: SourceOptions | None = None
+) -> tuple[Manifest | None, str | None]:
+    """The manifest beside the shard at ``url`` (one of ``siblings``) and where it is: the
+    first of :func:`manifest_urls_for_shard` that holds one; ``(None, None)`` where none does
+    or for a ``pipe:`` shard. A file there that is not a manifest raises ValueError."""
+    if url.startswith("pipe:"):
+        return None, None
+    for place in manifest_urls_for_shard(url, siblings):
+        found = Manifest.load(place, options)
+        if found is not None:
+            return found, place
+    return None, None
 
 
 def _without_suffix(name: str) -> str:
@@ -131,6 +178,29 @@ def _without_suffix(name: str) -> str:
         if name.endswith(suffix):
             return name[: -len(suffix)]
     return name
+
+
+def manifest_places(urls: Sequence[str], options: SourceOptions | None = None) -> list[str | None]:
+    """For each shard of ``urls``, where its manifest is (:func:`find_manifest`), else where
+    one would be made for it; None for a ``pipe:`` shard. Shards of one folder whose names
+    have one shape (the same text around their digits) are one family, looked up once."""
+    families: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for url in urls:
+        if not url.startswith("pipe:"):
+            directory, base = _split_dir(url)
+            families.setdefault((directory, tuple(_NUMBER.split(_without_suffix(base)))), []).append(url)
+    held: dict[str, bool] = {}  # whether a place holds a manifest, each place read once
+    place_of: dict[str, str] = {}
+    for (directory, _), members in families.items():
+        names = [_name_of(member) for member in members]
+        counting = _counting_run(names[0], names)
+        for member, name in zip(members, names):
+            places = _places(directory, name, counting)
+            for place in places:
+                if place not in held:
+                    held[place] = Manifest.load(place, options) is not None
+            place_of[member] = next((place for place in places if held[place]), places[0])
+    return [place_of.get(url) for url in urls]
 
 
 def manifest_url_beside(url: str, siblings: Sequence[str] = ()) -> str | None:

@@ -29,7 +29,14 @@ from wdsx.codecs.encode import encode_sample
 from wdsx.core.errors import EncodingError
 from wdsx.read import formats
 from wdsx.read.fieldsets import FIELD_SET, VERSION, member_names
-from wdsx.read.manifest import Manifest, ShardEntry, manifest_url_for_shard, scan_counts, shard_name
+from wdsx.read.manifest import (
+    Manifest,
+    ShardEntry,
+    find_manifest,
+    manifest_url_for_shard,
+    scan_counts,
+    shard_name,
+)
 from wdsx.read.samples import POSITION, Cursor, field_of
 from wdsx.read.shard import ReadSettings, read_piece
 from wdsx.sources import SourceOptions
@@ -112,7 +119,7 @@ def base_shards(base: str | Sequence[str], options: SourceOptions | None = None)
         if not urls:
             raise ValueError(f"no base shards in {base!r}")
         try:
-            manifest = Manifest.load(manifest_url_for_shard(urls[0], urls), options)
+            manifest = find_manifest(urls[0], urls, options)[0]
         except ValueError:
             manifest = None
     entries = [manifest.entry_for(url) if manifest is not None else None for url in urls]

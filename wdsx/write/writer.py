@@ -35,7 +35,7 @@ from typing import Any, BinaryIO, ClassVar, Protocol, TypeVar
 
 from wdsx.codecs.encode import FieldEncoder, make_encoder
 from wdsx.core.errors import EncodingError
-from wdsx.read.manifest import Manifest, ShardEntry, manifest_url_for_pattern, natural_key
+from wdsx.read.manifest import Manifest, ShardEntry, manifest_url_for_pattern
 from wdsx.read.tar import read_exact
 from wdsx.sources import Sink, SourceOptions, local_path
 from wdsx.write.names import NameChecker
@@ -495,6 +495,8 @@ class ShardWriter(_AllOrNothing):
         )
         self._stream: BinaryIO | None = None
         self._aborted = False
+        self._first_number = start_shard
+        """The number of this run's first shard: the pattern's names below it are an earlier run's."""
         self._earlier: list[ShardEntry] = []
         """The entries of the local manifest an earlier run left, read before this run's first shard."""
 
@@ -570,7 +572,6 @@ class ShardWriter(_AllOrNothing):
             self.finish()
             if self.manifest_url is not None and self.shards:
                 shards = self._still_listed() + self.shards
-                shards.sort(key=lambda entry: natural_key(entry.name))
                 self._write_manifest(Manifest(shards, dict(self.metadata)).to_json().encode("utf-8"))
         except BaseException:
             self.abort()
@@ -605,12 +606,12 @@ class ShardWriter(_AllOrNothing):
         one that are still beside it: appending shards (``start_shard``) keeps them listed.
         Shards an earlier, longer run left after this run's are not listed: ``wdsx verify``
         then names them, for they are no part of what this run wrote."""
-        first = natural_key(self.shards[0].name)
+        before = {posixpath.basename(self.pattern % number) for number in range(self._first_number)}
         folder = os.path.dirname(local_path(self.manifest_url or "") or "")
         return [
             entry
             for entry in self._earlier
-            if natural_key(entry.name) < first and os.path.isfile(os.path.join(folder, entry.name))
+            if entry.name in before and os.path.isfile(os.path.join(folder, entry.name))
         ]
 
     def _write_manifest(self, data: bytes) -> None:
