@@ -32,7 +32,7 @@ from wdsx.core.compression import uncompressed
 from wdsx.core.errors import Handler, ShardError, SourceError
 from wdsx.core.jsontext import parse_json
 from wdsx.read import formats
-from wdsx.read.jsonl import count_lines, decompressed, line_sample, lines
+from wdsx.read.jsonl import Overlong, count_lines, decompressed, line_sample, lines
 from wdsx.read.npy import count_rows, parse_header
 from wdsx.read.samples import Cursor, group_members
 from wdsx.read.shard import bytes_left
@@ -496,11 +496,13 @@ def index_shard(url: str, options: SourceOptions | None = None) -> ShardEntry:
 
 def _parsed_lines(url: str, read: Callable[[int], bytes]) -> int:
     """The lines of a JSONL stream, each parsed as a reader parses it (the first one that is
-    not valid JSON raises, naming its number and offset)."""
+    not valid JSON raises, naming its number and offset). A line longer than readers here
+    accept is counted unparsed: that limit is the reader's memory setting, not the data's."""
     stem = posixpath.basename(without_query(url))
     count = 0
     for offset, line, ended in lines(read, 0, 1 << 20):
-        line_sample(url, stem, offset, count, line, ended)
+        if not isinstance(line, Overlong):
+            line_sample(url, stem, offset, count, line, ended)
         count += 1
     return count
 
