@@ -222,6 +222,22 @@ def test_the_loader_reports_each_sources_contributions(three):
     loader.close()
 
 
+@pytest.mark.parametrize("workers", [None, 2])
+def test_contributions_after_an_epoch_are_that_epochs(three, workers):
+    """Read once the loop is over, as a training script logs it: the epoch just ended, counted
+    from the items delivered; the next epoch's first batch starts the count again."""
+    loader = build(three, [3, 1, 2], "all", None, 0, workers, 0)
+    seen = [key for batch in loader for key in keys_of(batch)]
+    assert sum(len(s.keys) for s in three) == len(seen)
+    per_source = [sum(key.startswith(s.directory) for key in seen) for s in three]
+    contributions = loader.contributions()
+    assert contributions == per_source
+    batches = iter(loader)
+    first = keys_of(next(batches))
+    assert loader.contributions() == [sum(key.startswith(s.directory) for key in first) for s in three]
+    del batches
+
+
 def test_round_robin_gives_webdatasets_outputs(three):
     for longest in (False, True):
         ours = list(

@@ -648,11 +648,12 @@ class WebLoader(DataPipeline):
 
     def contributions(self) -> list[int]:
         """For a mixed dataset (:class:`~wdsx.Mix`): how many outputs each source has given in
-        this epoch, over the batches this loader has delivered, summed over its workers."""
+        this epoch, over the batches this loader has delivered, summed over its workers (once
+        an epoch has ended, and until the next one starts, in that epoch)."""
         dataset = self.dataset
         if not isinstance(dataset, Mix):
             raise TypeError(f"contributions() needs a wdsx.Mix dataset, not a {type(dataset).__name__}")
-        progress = self._progress(self.current_state())
+        progress = self._progress(self.epoch_progress_state())
         totals = [0] * len(dataset.mixer.sources)
         for worker_state in progress.states if progress is not None else []:
             totals = [a + b for a, b in zip(totals, dataset.contributions_in(worker_state))]

@@ -75,6 +75,8 @@ class _Stream:
         self.counter = itertools.count(start.yielded if start else 0)
         # items still to read and drop before the next one is yielded (pipeline.skip(n))
         self.skip_left = start.skip if start else 0
+        self.ended: Run | None = None
+        """The run of the last epoch this stream finished, whose stage states say what it delivered."""
         self.items = self._generate()
 
     @property
@@ -115,12 +117,22 @@ class _Stream:
                 self.counter = itertools.count(base + 1)
                 yield first
                 yield from map(_FIRST, zip(chain, self.counter))
+            self.ended = run
             self.run = None
             self.epoch += 1
             self.passes -= 1
             if first is _NOTHING and not restore:
                 break  # an empty dataset: repeating it would loop forever
             restore = None
+
+    def ended_state(self, fingerprint: list[str], seed: int) -> PipelineState | None:
+        """The state at the end of the last epoch this stream finished, if it finished one."""
+        run = self.ended
+        if run is None:
+            return None
+        state = PipelineState(fingerprint, seed, self.topology.consumer, self.topology.consumers, run.epoch)
+        state.stages, state.urls = run.snapshot(), list(self.table.urls)
+        return state
 
     def state(self, fingerprint: list[str], seed: int) -> PipelineState:
         """The state at the point between the last item yielded and the next."""
@@ -538,6 +550,17 @@ class DataPipeline(FluidInterface):
         state = self.current_state()
         state.data = self.data_identity()
         return validate.signed(self.url_masks().masked(as_json(state.to_json())))
+
+    def epoch_progress_state(self) -> PipelineState:
+        """The state that says what this epoch has delivered: the current one, or, once an
+        epoch has ended and until the next one starts, the state at its end (where the
+        current state already stands at the next epoch's start)."""
+        live = self._live
+        if self._pending is None and live is not None and live.run is None:
+            ended = live.ended_state(self.fingerprint(), self.seed)
+            if ended is not None:
+                return ended
+        return self.current_state()
 
     def current_state(self) -> PipelineState:
         """The current state, without checking that it can be restored exactly."""

@@ -526,8 +526,9 @@ class Mix(DataPipeline):
             source.prepare(topology, endless or self.mixer.stop == "never")
 
     def contributions(self) -> list[int]:
-        """Outputs each source has contributed in this process's current epoch so far."""
-        state = self.current_state()
+        """Outputs each source has contributed in this process's current epoch so far (once
+        an epoch has ended, and until the next one starts, in that epoch)."""
+        state = self.epoch_progress_state()
         return self.mixer.contributions(state.stages.get(MixSource.state_key))
 
     def contributions_in(self, state: JsonDict | None) -> list[int]:
