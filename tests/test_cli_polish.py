@@ -303,6 +303,8 @@ def test_check_resume_with_nothing_to_compare_fails(tmp_path, capsys, monkeypatc
     assert "returned 42, not a wdsx loader" in one_line_error(capsys)
     assert cli.main(["check-resume", "no_such_module:f"]) == 1
     assert "no module named 'no_such_module'" in one_line_error(capsys)
+    assert cli.main(["check-resume", "builds.py:make_loader", "--cuts", "2,3,20"]) == 1
+    assert "cuts after 20 fall outside the run of 4 batches" in one_line_error(capsys)
     assert cli.main(["check-resume", "builds.py:make_loader", "--cuts", "2"]) == 0
 
 
@@ -312,10 +314,20 @@ def test_an_unset_variable_in_a_pattern_is_a_one_line_error(capsys, monkeypatch)
     assert "environment variable WDS_NOT_SET_HERE is not set" in one_line_error(capsys)
 
 
-@pytest.mark.parametrize("arguments", [["preview", "x.tar", "--size", "0"], ["ls", "-n", "-1", "x.tar"]])
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["preview", "x.tar", "--size", "0"],
+        ["ls", "-n", "-1", "x.tar"],
+        ["bench", "x.tar", "--batches", "0"],
+        ["check-resume", "m:f", "--cuts", "2,0"],
+        ["check-resume", "m:f", "--cuts", "abc"],
+    ],
+)
 def test_counts_and_sizes_below_one_are_usage_errors(arguments, capsys):
     assert cli.main(arguments) == 2
-    assert "must be at least 1" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "must be at least 1" in err or "not a whole number" in err
 
 
 def test_bench_weights_without_a_mixture_are_refused(capsys):

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from wdsx import DataPipeline, Mix, WebDataset, WebLoader
-from wdsx.commands.common import human, payload_bytes, shard_urls
+from wdsx.commands.common import human, payload_bytes, positive_int, shard_urls
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -21,7 +21,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--shuffle", type=int, default=0, help="shuffle buffer size")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
-    parser.add_argument("--batches", type=int, default=None, help="stop after this many batches")
+    parser.add_argument("--batches", type=positive_int, default=None, help="stop after this many batches")
     parser.add_argument(
         "--mix-with",
         action="append",

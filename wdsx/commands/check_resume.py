@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from wdsx.commands.common import positive_int
 from wdsx.loader.check import check_resume
 
 
@@ -25,7 +26,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("spec", help="module:function or file.py:function that builds the loader")
     parser.add_argument(
-        "--cuts", default="3", help="number of cut points, or batch counts to cut after (3,10,20)"
+        "--cuts",
+        type=cut_points,
+        default=3,
+        help="number of cut points, or batch counts to cut after (3,10,20)",
     )
     parser.add_argument("--epochs", type=int, default=1, help="passes over the loader per run")
     parser.add_argument("--limit", type=int, default=None, help="compare only the first LIMIT batches")
@@ -34,10 +38,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     make_loader = load_function(args.spec)
-    cuts: int | list[int] = [int(c) for c in args.cuts.split(",")] if "," in args.cuts else int(args.cuts)
-    report = check_resume(make_loader, cuts=cuts, epochs=args.epochs, limit=args.limit)
+    report = check_resume(make_loader, cuts=args.cuts, epochs=args.epochs, limit=args.limit)
     print(report)
     return 0 if report.identical else 1
+
+
+def cut_points(text: str) -> int | list[int]:
+    """An argparse type for ``--cuts``: a number of cut points, or batch counts separated by
+    commas (a usage error, status 2, for anything else)."""
+    return [positive_int(part.strip()) for part in text.split(",")] if "," in text else positive_int(text)
 
 
 def load_function(spec: str) -> Callable[[], Any]:

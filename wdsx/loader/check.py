@@ -103,6 +103,12 @@ def check_resume(
     reference, pass_ends = record(make_loader, epochs, limit, [])
     total = len(reference)
     points = _cut_points(cuts, total, pass_ends)
+    outside = [] if isinstance(cuts, int) else sorted(set(cuts) - set(points))
+    if outside and points:
+        raise ValueError(
+            f"cuts after {', '.join(map(str, outside))} fall outside the run of {total} batches; "
+            "a cut is a batch count between 1 and the run's length minus 1"
+        )
     if not points:
         asked = f"{cuts} cut points" if isinstance(cuts, int) else f"cuts after {', '.join(map(str, cuts))}"
         raise ValueError(
