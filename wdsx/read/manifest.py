@@ -131,12 +131,14 @@ def _places(directory: str, base: str, counting: int | None) -> list[str]:
     """:func:`manifest_urls_for_shard` for the name ``base`` (suffix left off) whose run of
     digits number ``counting`` counts the shards, where its siblings tell."""
     runs = list(_NUMBER.finditer(base))
-    places = []
-    for run in ([runs[counting]] if counting is not None else []) + [None] + runs[-1:]:
-        if run is None:
-            places.append(_manifest_name(directory, base.rstrip("0123456789")))
-        else:
-            places.append(_manifest_name(directory, base[: run.start()], base[run.end() :]))
+
+    def without(run: re.Match[str]) -> str:
+        return _manifest_name(directory, base[: run.start()], base[run.end() :])
+
+    places = [without(runs[counting])] if counting is not None else []
+    places.append(_manifest_name(directory, base.rstrip("0123456789")))
+    if runs:
+        places.append(without(runs[-1]))
     return list(dict.fromkeys(places))
 
 
@@ -429,8 +431,8 @@ def scan_counts(
     JSONL shards are counted by their lines, ``.npy`` shards by their header.
 
     A shard that cannot be read raises, or, with a ``handler`` that does not raise (a
-    dataset's), is reported to it and counted as the whole samples before the damage: the
-    samples a reader with that handler delivers from it.
+    dataset's), is reported to it and counted as the samples a reader with that handler
+    delivers from it: those before the damage.
     """
     try:
         with open_source(url, 0, options) as source:
