@@ -140,7 +140,7 @@ class _Stream:
         state = PipelineState(fingerprint, seed, topology.consumer, topology.consumers, self.epoch)
         if not self.started and self.start is not None:
             state.epoch, state.stages, state.urls = self.start.epoch, dict(self.start.stages), self.start.urls
-            state.finished = self.start.finished  # a share that had run out still has
+            state.finished = self.start.finished  # a share that had run out stays finished
         elif self.run is not None:
             state.epoch, state.stages = self.run.epoch, self.run.snapshot()
         state.nominal, state.passes, state.yielded = self.nominal, self.passes, self.yielded
