@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exn:
         return exn.code if isinstance(exn.code, int) else 2
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="wdsx: %(message)s")
-    with _redacted_output():
+    with _safe_output():
         return _run(args)
 
 
@@ -84,7 +84,7 @@ _CONTROL = {
 drive the terminal that shows it."""
 
 
-class _Redacting:
+class _SafeText:
     """A text stream that writes what it is given with the URLs in it redacted and control
     characters escaped (bytes written to its ``buffer`` go out as they are)."""
 
@@ -105,10 +105,10 @@ class _Redacting:
 
 
 @contextlib.contextmanager
-def _redacted_output() -> Iterator[None]:
-    """Standard output and error, as text, redacted while a command runs."""
+def _safe_output() -> Iterator[None]:
+    """Standard output and error, as text, redacted and escaped while a command runs."""
     saved = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = _Redacting(sys.stdout), _Redacting(sys.stderr)
+    sys.stdout, sys.stderr = _SafeText(sys.stdout), _SafeText(sys.stderr)
     try:
         yield
     finally:

@@ -409,11 +409,7 @@ class LoaderSource(Stage):
         states = [None] * factory.slots if saved is None else saved["states"]
         for worker, state in enumerate(states):
             reader = distributed.Topology(topology.rank, topology.world_size, worker, max(1, workers))
-            restore = None if state is None else dataset.parse_state(state)
-            if restore is not None and dataset.redealt(restore):
-                count = dataset.epoch_count(reader, restore.epoch, restore)
-            else:  # (what a worker delivered is subtracted at the loader's level)
-                count = dataset.epoch_count(reader, run.epoch)
+            count = dataset.share_count(reader, run.epoch, state)
             whole, rest = divmod(count.items, batch) if batch is not None else (count.items, 0)
             items += whole + (1 if rest and not drop_last else 0)
             samples += count.samples

@@ -389,6 +389,16 @@ class DataPipeline(FluidInterface):
             sum(c.items for c in counts), sum(c.samples for c in counts), all(c.single for c in counts)
         )
 
+    def share_count(self, topology: distributed.Topology, epoch: int, saved: JsonDict | None) -> Count:
+        """What the reader at ``topology`` yields in ``epoch``, for a loader or a mixture that
+        drives this pipeline: counted from the re-deal where its ``saved`` state holds a share
+        re-dealt by an elastic resume, else from the epoch's start (what it already delivered
+        is subtracted by the driver)."""
+        restore = None if saved is None else self.parse_state(saved)
+        if restore is not None and self.redealt(restore):
+            return self.epoch_count(topology, restore.epoch, restore)
+        return self.epoch_count(topology, epoch)
+
     def redealt(self, state: PipelineState) -> bool:
         """Whether ``state`` holds a share re-dealt by an elastic resume (which is counted from
         the re-deal, see :meth:`epoch_count`)."""

@@ -192,18 +192,12 @@ class MixSource(Stage):
             return None
         restore = run.restore
         saved = None if restore is None else restore.stages.get(run.keys[index])
-        mix = None
-        if restore is not None and saved is not None and self.redealt(saved, restore.table()):
-            mix = MixState.from_json(saved, restore.table())
-        counts = []
-        for k, source in enumerate(self.sources):
-            # a re-dealt source's share is counted from the re-deal, as for a single source
-            source_saved = None if mix is None else mix.sources[k]
-            state = None if source_saved is None else source.parse_state(source_saved)
-            if state is not None and source.redealt(state):
-                counts.append(source.epoch_count(run.topology, state.epoch, state))
-            else:
-                counts.append(source.epoch_count(run.topology, run.epoch))
+        mix = None if restore is None or saved is None else MixState.from_json(saved, restore.table())
+        # a re-dealt source's share is counted from the re-deal, as for a single source
+        counts = [
+            source.share_count(run.topology, run.epoch, None if mix is None else mix.sources[k])
+            for k, source in enumerate(self.sources)
+        ]
         samples = sum(c.samples for c in counts)
         if self.batch_size is None:
             return Count(sum(c.items for c in counts), samples, all(c.single for c in counts))

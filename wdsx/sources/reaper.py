@@ -72,11 +72,11 @@ def _tell(line: bytes) -> None:
 
 
 def _start() -> int:
-    global _watcher_pid
     """Start the watcher, in a session of its own (a Ctrl-C to the trainer's group must not
     end it before it acts), and return the write end of its pipe; -1 where it cannot start.
     It is spawned without a ``subprocess.Popen`` to keep: this process never waits for it (it
     ends after this process), and a Popen left running warns when the interpreter ends."""
+    global _watcher_pid
     read_end, write_end = os.pipe()  # neither is inherited by the commands this process runs
     try:
         _watcher_pid = os.posix_spawn(

@@ -71,8 +71,8 @@ def _warn_if_short(run: Run, url: str, piece: planning.Piece, count: int | None,
     if expected is None or cursor.ordinal >= expected or run.topology.world_size <= 1:
         return
     log.warning(
-        "%s: %d of the samples dealt to rank %d were skipped with the damage the handler "
-        "skipped; ranks may now yield different numbers of batches (an endless stream of "
+        "%s: %d of the samples dealt to rank %d were lost to damage the handler skipped; "
+        "ranks may now yield different numbers of batches (an endless stream of "
         "resampled shards with the loader's .with_epoch(n) keeps them equal)",
         redact_text(url),
         expected - cursor.ordinal,

@@ -209,7 +209,8 @@ def write_field_set(
     identity = {"field_set": function_identity(add_fields), "version": version}
     plan = plan_field_set(base_shards(base, options), dest, identity, options)
     # FieldMaker encodes each sample's fields itself, so the writer takes its bytes as they are
-    runner = JobRunner(FieldMaker(add_fields, strict, options), strict, posixpath.basename, options, False)
+    maker = FieldMaker(add_fields, strict, options)
+    runner = JobRunner(maker, strict, posixpath.basename, options, encoder=False)
     return execute(
         plan,
         runner,

@@ -58,6 +58,12 @@ def _zstd_compressor() -> Any:
     return zstandard.ZstdCompressor().compressobj()
 
 
+def compression_named(name: str) -> str | None:
+    """The compression a JSONL shard named ``name`` gets when none is asked for: zstd for
+    ``.zst``, else what the other writers tell from a name."""
+    return "zst" if name.endswith(".zst") else compression_for(name, None)
+
+
 class JsonlWriter(_FileWriter):
     """Write JSON values, one per line, to one JSONL shard.
 
@@ -72,9 +78,9 @@ class JsonlWriter(_FileWriter):
         compress: bool | str | None = None,
         options: SourceOptions | None = None,
     ):
-        zstd = compress == "zst" or (
-            compress is None and isinstance(fileobj, str) and fileobj.endswith(".zst")
-        )
+        if compress is None and isinstance(fileobj, str):
+            compress = compression_named(fileobj)
+        zstd = compress == "zst"
         self._zstd = _zstd_compressor() if zstd else None
         self._open(fileobj, None if zstd else compression_for(fileobj, compress), options)
         self.count = 0
@@ -120,7 +126,4 @@ class JsonlShardWriter(ShardWriter):
     writes the manifest (``out/part.manifest.json``). ``maxsize`` counts line bytes."""
 
     writer_type = JsonlWriter
-
-    @staticmethod
-    def compression_named(name: str) -> str | None:
-        return "zst" if name.endswith(".zst") else compression_for(name, None)
+    compression_named = staticmethod(compression_named)
